@@ -1,0 +1,1 @@
+"""Numerics of SOFT: pure torch, no OpenMMLab imports."""
