@@ -30,12 +30,12 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.8',
     packages=find_packages(exclude=('configs', 'tools', 'tests')),
-    install_requires=read_requirements('runtime.txt'),
+    install_requires=read_requirements('runtime'),
     extras_require={
-        'mim': read_requirements('mminstall.txt'),
-        'dense': read_requirements('dense.txt'),
-        'tests': read_requirements('tests.txt'),
-        'all': read_requirements('dense.txt') + read_requirements('tests.txt'),
+        'mim': read_requirements('mminstall'),
+        'dense': read_requirements('dense'),
+        'tests': read_requirements('tests'),
+        'all': read_requirements('dense') + read_requirements('tests'),
     },
     zip_safe=False,
 )

@@ -46,7 +46,8 @@ command -v "$PYTHON" >/dev/null || die "'$PYTHON' not found: install Python 3.8+
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "pip is missing for $PYTHON: run '$PYTHON -m ensurepip --upgrade'"
 PIP=("$PYTHON" -m pip install --disable-pip-version-check)
 
-py_ok() { "$PYTHON" -c "$1" >/dev/null 2>&1; }
+# Checks run outside the repo so that the checkout itself never counts as installed.
+py_ok() { (cd / && "$PYTHON" -c "$1" >/dev/null 2>&1); }
 
 # 1. torch, only when missing.
 if py_ok "import torch, torchvision"; then
@@ -103,6 +104,6 @@ REQS=(-r "$REPO/requirements/runtime.txt" -r "$REPO/requirements/dense.txt")
 py_ok "import mmsoft, os; assert os.path.samefile(os.path.dirname(mmsoft.__file__), '$REPO/mmsoft')" \
     || "${PIP[@]}" --no-deps --no-build-isolation -e "$REPO"
 
-"$PYTHON" -c "import mmsoft, mmcv.ops, mmdet.models, mmseg.models, mmpretrain.models" \
+(cd / && "$PYTHON" -c "import mmsoft, mmcv.ops, mmdet.models, mmseg.models, mmpretrain.models") \
     || die "the stack does not import; see the traceback above"
-say "done: $("$PYTHON" -c 'import mmsoft; print("mmsoft", mmsoft.__version__)') on the pinned stack"
+say "done: $(cd / && "$PYTHON" -c 'import mmsoft; print("mmsoft", mmsoft.__version__)') on the pinned stack"
