@@ -1,0 +1,162 @@
+"""SOFT attention on already projected queries and values (no parameters).
+
+Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
+(B, N, dv), with batch and heads folded into ``B``; queries are scaled by
+``d ** -0.25`` by the caller. Three evaluations of the same function:
+
+- :func:`soft_lowrank_attention`: ``A1 @ (P @ (A1^T @ V))`` with
+  ``A1 = k(Q, K~)`` (N x m) and ``P`` the inverse of ``A2 = k(K~, K~)``;
+  time ``O(N m d + T m^3)``, memory ``O(N m)``. Above ``chunk_size`` tokens it
+  runs chunk by chunk under activation checkpointing, so no N x m matrix is
+  ever held whole and the backward recomputes the chunks it needs.
+- :func:`soft_reference_attention`: the same maths the plain way (distances
+  through products with ones matrices, the N x m product ``A1 @ P`` first),
+  kept as a baseline for tests and benchmarks.
+- :func:`exact_gaussian_attention`: the full N x N kernel ``k(Q, Q) @ V``
+  that the low-rank factorisation approximates.
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from .gaussian_kernel import gaussian_kernel
+from .inverse import newton_inverse, solve_inverse
+
+METHODS = ('newton', 'solve')
+
+
+def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
+                       reg: float = 0.01, normalize: bool = False) -> Tensor:
+    """The ``m x m`` middle factor ``P`` of the low-rank kernel.
+
+    Args:
+        a2 (Tensor): Landmark kernel ``k(K~, K~)`` of shape (B, m, m).
+        method (str): ``'newton'`` (the released models' iteration) or
+            ``'solve'`` (exact inverse of ``a2 + reg * I``). Defaults to
+            ``'newton'``.
+        num_iters (int): Newton iterations. Defaults to 20.
+        reg (float): Ridge on the diagonal. Defaults to 0.01.
+        normalize (bool): SOFT-Norm: return ``D^-1/2 pinv(A2) D^-1/2`` with
+            ``D = diag(A2 1)``. Defaults to False.
+
+    Returns:
+        Tensor: Shape (B, m, m).
+    """
+    if method == 'newton':
+        inv = newton_inverse(a2, num_iters=num_iters, reg=reg)
+    elif method == 'solve':
+        inv = solve_inverse(a2, reg=reg)
+    else:
+        raise ValueError(f'Unknown inverse method {method!r}; use one of {METHODS}.')
+    if normalize:
+        d_inv_sqrt = a2.sum(-1).rsqrt()
+        inv = inv * d_inv_sqrt.unsqueeze(-1) * d_inv_sqrt.unsqueeze(-2)
+    return inv
+
+
+def _project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``A1^T @ V`` for one chunk of queries: (B, m, dv)."""
+    return gaussian_kernel(q, k).transpose(-2, -1) @ v
+
+
+def _expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
+    """``A1 @ w`` for one chunk of queries: (B, n, dv)."""
+    return gaussian_kernel(q, k) @ w
+
+
+def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newton',
+                           num_iters: int = 20, reg: float = 0.01,
+                           normalize: bool = False,
+                           chunk_size: Optional[int] = None) -> Tensor:
+    """SOFT attention ``A1 @ (P @ (A1^T @ V))``; the N x N kernel is never formed.
+
+    The kernel and the inverse run in float32 when the inputs are half
+    precision or autocast is on; the result has the dtype of ``v``.
+
+    Args:
+        q (Tensor): Scaled queries (B, N, d).
+        k (Tensor): Landmarks (B, m, d).
+        v (Tensor): Values (B, N, dv).
+        method (str): See :func:`bottleneck_inverse`. Defaults to ``'newton'``.
+        num_iters (int): Newton iterations. Defaults to 20.
+        reg (float): Ridge on the diagonal. Defaults to 0.01.
+        normalize (bool): SOFT-Norm. Defaults to False.
+        chunk_size (int, optional): When set and smaller than N, evaluate in
+            chunks of this many queries with recomputation in the backward.
+            Defaults to None (one piece).
+
+    Returns:
+        Tensor: (B, N, dv).
+    """
+    out_dtype = v.dtype
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = q.float(), k.float(), v.float()
+        p = bottleneck_inverse(gaussian_kernel(k, k), method, num_iters, reg,
+                               normalize)
+        n = q.shape[-2]
+        if chunk_size is None or chunk_size >= n:
+            a1 = gaussian_kernel(q, k)
+            out = a1 @ (p @ (a1.transpose(-2, -1) @ v))
+        else:
+            if chunk_size < 1:
+                raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
+            starts = range(0, n, chunk_size)
+            u = sum(_checkpointed(_project, q[:, s:s + chunk_size], k,
+                                  v[:, s:s + chunk_size]) for s in starts)
+            w = p @ u
+            out = torch.cat([_checkpointed(_expand, q[:, s:s + chunk_size], k, w)
+                             for s in starts], dim=1)
+    return out.to(out_dtype)
+
+
+def _checkpointed(fn, *args: Tensor) -> Tensor:
+    """Run ``fn`` storing only its inputs when any of them needs a gradient."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in args):
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+def _kernel_with_ones(x: Tensor, y: Tensor) -> Tensor:
+    """Gaussian kernel with squared norms spread by ones-matrix products."""
+    dim = x.shape[-1]
+    x_sq = (x * x) @ x.new_ones(dim, y.shape[-2])
+    y_sq = x.new_ones(x.shape[-2], dim) @ (y * y).transpose(-2, -1)
+    dist = x_sq + y_sq - 2 * (x @ y.transpose(-2, -1))
+    return torch.exp(-0.5 * dist.clamp_min(0))
+
+
+def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newton',
+                             num_iters: int = 20, reg: float = 0.01,
+                             normalize: bool = False) -> Tensor:
+    """The plain evaluation of :func:`soft_lowrank_attention`, for comparison.
+
+    Squared distances are formed with products against ones matrices and the
+    factors are multiplied left to right, ``(A1 @ P) @ (A1^T @ V)``, as a
+    direct transcription of the formula does. Same arguments and result.
+    """
+    out_dtype = v.dtype
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = q.float(), k.float(), v.float()
+        p = bottleneck_inverse(_kernel_with_ones(k, k), method, num_iters, reg,
+                               normalize)
+        a1 = _kernel_with_ones(q, k)
+        out = (a1 @ p) @ (a1.transpose(-2, -1) @ v)
+    return out.to(out_dtype)
+
+
+def exact_gaussian_attention(q: Tensor, v: Tensor) -> Tensor:
+    """The full kernel attention ``k(Q, Q) @ V`` (N x N memory), in float32.
+
+    Args:
+        q (Tensor): Scaled queries (B, N, d).
+        v (Tensor): Values (B, N, dv).
+
+    Returns:
+        Tensor: (B, N, dv).
+    """
+    out_dtype = v.dtype
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        out = gaussian_kernel(q.float(), q.float()) @ v.float()
+    return out.to(out_dtype)
