@@ -1,1 +1,4 @@
 """Attention modules."""
+from .soft_attention import SOFTAttention
+
+__all__ = ['SOFTAttention']

@@ -1,0 +1,268 @@
+"""SOFT attention module: projections, landmarks and the value convolution."""
+import math
+from typing import Optional, Tuple, Union
+
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from mmsoft.ops import (
+    exact_gaussian_attention,
+    soft_lowrank_attention,
+    soft_reference_attention,
+)
+from mmsoft.registry import register_model
+
+LANDMARKS = ('conv', 'avgpool')
+MODES = ('lowrank', 'exact')
+METHODS = ('newton', 'solve')
+IMPLS = ('fast', 'reference')
+AUTO_CHUNK_ELEMENTS = 1 << 26  # chunk when one N x m kernel exceeds 256 MiB fp32
+
+
+def check_tokens(x: Tensor, hw_shape: Tuple[int, int], embed_dims: int) -> None:
+    """Check that tokens ``x`` of shape (B, N, C) lie on the grid ``hw_shape``.
+
+    Raises:
+        TypeError: ``x`` is not a tensor.
+        ValueError: Wrong rank, channel count, or ``N != H * W``.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f'Expected tokens as a Tensor, got {type(x).__name__}.')
+    if x.dim() != 3:
+        raise ValueError(
+            f'Expected tokens of shape (B, N, C), got {x.dim()}-D input of shape '
+            f'{tuple(x.shape)}; flatten a (B, C, H, W) map with '
+            'x.flatten(2).transpose(1, 2).')
+    if x.shape[-1] != embed_dims:
+        raise ValueError(f'Expected {embed_dims} channels per token, got '
+                         f'{x.shape[-1]}.')
+    height, width = hw_shape
+    if x.shape[1] != height * width:
+        raise ValueError(
+            f'Got {x.shape[1]} tokens but hw_shape {tuple(hw_shape)} has '
+            f'{height * width} positions; pass the grid the tokens come from.')
+
+
+def capped_grid(height: int, width: int, max_landmarks: int) -> Tuple[int, int]:
+    """The largest grid of at most ``max_landmarks`` cells with ``height:width``.
+
+    Args:
+        height (int): Rows of the landmark grid before the cap.
+        width (int): Columns of the landmark grid before the cap.
+        max_landmarks (int): The cap.
+
+    Returns:
+        tuple[int, int]: Rows and columns, each at least 1 and at most the
+        original.
+    """
+    if height * width <= max_landmarks:
+        return height, width
+    scale = math.sqrt(max_landmarks / (height * width))
+    rows = max(1, min(height, int(height * scale)))
+    cols = max(1, min(width, max_landmarks // rows))
+    return rows, cols
+
+
+@register_model
+class SOFTAttention(BaseModule):
+    """Softmax-free attention (SOFT) with linear complexity.
+
+    Queries double as keys (the Gaussian kernel is then symmetric positive
+    semi-definite) and are scaled by ``d ** -0.25``. ``m`` landmark tokens come
+    from a strided ``r x r`` convolution of each head's query map (shared by
+    all heads) followed by LayerNorm and GELU. The kernel attention is the
+    low-rank product ``A1 pinv(A2) A1^T V`` with ``A1 = k(Q, Q~)`` (N x m),
+    ``A2 = k(Q~, Q~)`` (m x m) and ``pinv`` by 20 Newton-Raphson steps. A
+    depthwise ``k x k`` convolution of the values, one filter per head, is
+    added before the output projection.
+
+    Args:
+        embed_dims (int): Channels C of the tokens.
+        num_heads (int): Number of heads h; C must be divisible by h.
+        sr_ratio (int): Landmark sampling ratio r (kernel and stride of the
+            landmark convolution or pooling). Defaults to 1.
+        conv_size (int): Kernel size k of the value convolution (odd).
+            Defaults to 3.
+        qkv_bias (bool): Bias in the query and value projections.
+            Defaults to True.
+        normalize (bool): SOFT-Norm: use ``D^-1/2 pinv(A2) D^-1/2`` with
+            ``D = diag(A2 1)``. Defaults to False.
+        landmark (str): ``'conv'`` (convolution + LayerNorm + GELU, as
+            released) or ``'avgpool'`` (parameter-free average pooling).
+            Defaults to ``'conv'``.
+        max_landmarks (int, optional): Cap on the number of landmarks. The
+            landmark grid is average-pooled down to at most this many cells
+            (aspect ratio kept), so the cost stays linear in N at large
+            inputs. Defaults to None (no cap, as released).
+        mode (str): ``'lowrank'`` or ``'exact'`` (the full N x N kernel the
+            low-rank product approximates; quadratic memory, for tests and
+            small inputs). Defaults to ``'lowrank'``.
+        method (str): Inverse of the landmark kernel: ``'newton'`` (the
+            released models' iteration) or ``'solve'`` (exact inverse of
+            ``A2 + reg I``). Defaults to ``'newton'``.
+        num_iters (int): Newton iterations. Defaults to 20.
+        reg (float): Ridge added to ``A2``'s diagonal. Defaults to 0.01.
+        chunk_size (int | str | None): Evaluate the low-rank product in chunks
+            of this many tokens, recomputing them in the backward instead of
+            storing the N x m kernel. ``'auto'`` chunks only when one N x m
+            kernel per batch would exceed 2^26 elements; None never chunks.
+            Defaults to ``'auto'``.
+        impl (str): ``'fast'`` or ``'reference'`` (the plain evaluation, for
+            comparisons). Defaults to ``'fast'``.
+        init_cfg (dict, optional): Initialisation config. Defaults to None.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.models import SOFTAttention
+        >>> attn = SOFTAttention(embed_dims=64, num_heads=2, sr_ratio=8,
+        ...                      conv_size=9)
+        >>> x = torch.rand(2, 56 * 56, 64)
+        >>> attn(x, (56, 56)).shape
+        torch.Size([2, 3136, 64])
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 sr_ratio: int = 1,
+                 conv_size: int = 3,
+                 qkv_bias: bool = True,
+                 normalize: bool = False,
+                 landmark: str = 'conv',
+                 max_landmarks: Optional[int] = None,
+                 mode: str = 'lowrank',
+                 method: str = 'newton',
+                 num_iters: int = 20,
+                 reg: float = 0.01,
+                 chunk_size: Union[int, str, None] = 'auto',
+                 impl: str = 'fast',
+                 init_cfg: Optional[dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if embed_dims % num_heads != 0:
+            raise ValueError(
+                f'embed_dims ({embed_dims}) must be divisible by num_heads '
+                f'({num_heads}); change one of them.')
+        for name, value, choices in (('landmark', landmark, LANDMARKS),
+                                     ('mode', mode, MODES),
+                                     ('method', method, METHODS),
+                                     ('impl', impl, IMPLS)):
+            if value not in choices:
+                raise ValueError(f'Unknown {name} {value!r}; use one of {choices}.')
+        if sr_ratio < 1 or conv_size < 1 or conv_size % 2 == 0:
+            raise ValueError(f'sr_ratio must be >= 1 and conv_size odd, got '
+                             f'{sr_ratio} and {conv_size}.')
+        if max_landmarks is not None and max_landmarks < 1:
+            raise ValueError(
+                f'max_landmarks must be >= 1 or None, got {max_landmarks}.')
+        if not (chunk_size in (None, 'auto') or
+                (isinstance(chunk_size, int) and chunk_size > 0)):
+            raise ValueError(f"chunk_size must be a positive int, 'auto' or None, "
+                             f'got {chunk_size!r}.')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.sr_ratio = sr_ratio
+        self.normalize = normalize
+        self.landmark = landmark
+        self.max_landmarks = max_landmarks
+        self.mode = mode
+        self.method = method
+        self.num_iters = num_iters
+        self.reg = reg
+        self.chunk_size = chunk_size
+        self.impl = impl
+
+        d = self.head_dims
+        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        if landmark == 'conv':
+            self.landmark_conv = nn.Conv2d(d, d, sr_ratio, stride=sr_ratio,
+                                           bias=False)
+            self.landmark_norm = nn.LayerNorm(d, eps=1e-5)
+        self.v_conv = nn.Conv2d(num_heads, num_heads, conv_size,
+                                padding=conv_size // 2, groups=num_heads,
+                                bias=False)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+
+    def extra_repr(self) -> str:
+        return (f'sr_ratio={self.sr_ratio}, normalize={self.normalize}, '
+                f'landmark={self.landmark!r}, mode={self.mode!r}, '
+                f'method={self.method!r}, max_landmarks={self.max_landmarks}')
+
+    def landmarks(self, q_map: Tensor) -> Tensor:
+        """Landmark tokens from query maps.
+
+        A map smaller than ``sr_ratio`` on a side is zero-padded on its
+        bottom and right to ``sr_ratio`` so that it still yields one landmark.
+
+        Args:
+            q_map (Tensor): Scaled queries as maps, (B * h, d, H, W).
+
+        Returns:
+            Tensor: Landmarks (B * h, m, d).
+        """
+        r = self.sr_ratio
+        height, width = q_map.shape[-2:]
+        if height < r or width < r:
+            q_map = F.pad(q_map, (0, max(0, r - width), 0, max(0, r - height)))
+        if self.landmark == 'conv':
+            grid = self.landmark_conv(q_map)
+        else:
+            grid = F.avg_pool2d(q_map, r, r)
+        if self.max_landmarks is not None:
+            grid = F.adaptive_avg_pool2d(
+                grid, capped_grid(*grid.shape[-2:], self.max_landmarks))
+        tokens = grid.flatten(2).transpose(1, 2)
+        if self.landmark == 'conv':
+            tokens = F.gelu(self.landmark_norm(tokens))
+        return tokens
+
+    def resolve_chunk_size(self, batch: int, num_tokens: int,
+                           num_landmarks: int) -> Optional[int]:
+        """The chunk size in tokens for this call, or None for one piece."""
+        if self.chunk_size != 'auto':
+            return self.chunk_size
+        per_token = max(1, batch * num_landmarks)
+        if num_tokens * per_token <= AUTO_CHUNK_ELEMENTS:
+            return None
+        return max(1, AUTO_CHUNK_ELEMENTS // per_token)
+
+    def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        """Attend over tokens ``x`` (B, N, C) laid out on ``hw_shape`` (H, W).
+
+        Returns:
+            Tensor: (B, N, C).
+        """
+        check_tokens(x, hw_shape, self.embed_dims)
+        batch, num_tokens, _ = x.shape
+        height, width = hw_shape
+        h, d = self.num_heads, self.head_dims
+        # (B * h, N, d): batch and heads folded into one batch dimension.
+        q = self.q(x).view(batch, num_tokens, h, d).transpose(1, 2)
+        q = (q * d**-0.25).reshape(batch * h, num_tokens, d)
+        v = self.v(x).view(batch, num_tokens, h, d).transpose(1, 2)
+        v_heads = v.reshape(batch * h, num_tokens, d)
+
+        if self.mode == 'exact':
+            out = exact_gaussian_attention(q, v_heads)
+        else:
+            q_map = q.transpose(1, 2).reshape(batch * h, d, height, width)
+            landmarks = self.landmarks(q_map)
+            kwargs = dict(method=self.method, num_iters=self.num_iters,
+                          reg=self.reg, normalize=self.normalize)
+            if self.impl == 'reference':
+                out = soft_reference_attention(q, landmarks, v_heads, **kwargs)
+            else:
+                chunk = self.resolve_chunk_size(batch * h, num_tokens,
+                                                landmarks.shape[1])
+                out = soft_lowrank_attention(q, landmarks, v_heads,
+                                             chunk_size=chunk, **kwargs)
+
+        # Value convolution: V seen as (B * d, h, H, W), one filter per head.
+        v_map = v.permute(0, 3, 1, 2).reshape(batch * d, h, height, width)
+        v_conv = self.v_conv(v_map).view(batch, d, h, num_tokens)
+        out = out.view(batch, h, num_tokens, d) + v_conv.permute(0, 2, 3, 1)
+        out = out.transpose(1, 2).reshape(batch, num_tokens, self.embed_dims)
+        return self.proj(out)
