@@ -56,6 +56,12 @@ def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
     return inv
 
 
+def _at_least_float32(*tensors: Tensor) -> tuple:
+    """Half-precision tensors cast to float32; float32 and float64 unchanged."""
+    dtype = torch.promote_types(tensors[0].dtype, torch.float32)
+    return tuple(t.to(dtype) for t in tensors)
+
+
 def _project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """``A1^T @ V`` for one chunk of queries: (B, m, dv)."""
     return gaussian_kernel(q, k).transpose(-2, -1) @ v
@@ -72,8 +78,8 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newto
                            chunk_size: Optional[int] = None) -> Tensor:
     """SOFT attention ``A1 @ (P @ (A1^T @ V))``; the N x N kernel is never formed.
 
-    The kernel and the inverse run in float32 when the inputs are half
-    precision or autocast is on; the result has the dtype of ``v``.
+    The kernel and the inverse run in float32 (float64 stays float64) when
+    the inputs are half precision or autocast is on; the result has the dtype of ``v``.
 
     Args:
         q (Tensor): Scaled queries (B, N, d).
@@ -92,7 +98,7 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newto
     """
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = q.float(), k.float(), v.float()
+        q, k, v = _at_least_float32(q, k, v)
         p = bottleneck_inverse(gaussian_kernel(k, k), method, num_iters, reg,
                                normalize)
         n = q.shape[-2]
@@ -138,7 +144,7 @@ def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'new
     """
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = q.float(), k.float(), v.float()
+        q, k, v = _at_least_float32(q, k, v)
         p = bottleneck_inverse(_kernel_with_ones(k, k), method, num_iters, reg,
                                normalize)
         a1 = _kernel_with_ones(q, k)
@@ -147,7 +153,7 @@ def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'new
 
 
 def exact_gaussian_attention(q: Tensor, v: Tensor) -> Tensor:
-    """The full kernel attention ``k(Q, Q) @ V`` (N x N memory), in float32.
+    """The full kernel attention ``k(Q, Q) @ V`` (N x N memory), at least float32.
 
     Args:
         q (Tensor): Scaled queries (B, N, d).
@@ -158,5 +164,6 @@ def exact_gaussian_attention(q: Tensor, v: Tensor) -> Tensor:
     """
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
-        out = gaussian_kernel(q.float(), q.float()) @ v.float()
+        q, v = _at_least_float32(q, v)
+        out = gaussian_kernel(q, q) @ v
     return out.to(out_dtype)

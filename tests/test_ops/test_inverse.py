@@ -1,0 +1,91 @@
+"""Newton-Raphson inverse against the exact inverse, and its custom backward."""
+import pytest
+import torch
+
+from mmsoft.ops import (
+    gaussian_kernel,
+    newton_inverse,
+    newton_iterate,
+    newton_residual,
+    solve_inverse,
+)
+
+
+def random_spd(batch, size, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(batch, size, size, generator=gen, dtype=dtype)
+    return base @ base.transpose(-2, -1) / size + 0.5 * torch.eye(size, dtype=dtype)
+
+
+def kernel_matrix(batch, m, d=32, seed=0, spread=0.5):
+    """Landmark kernels; a smaller spread gives closer landmarks, worse conditioning."""
+    gen = torch.Generator().manual_seed(seed)
+    landmarks = torch.randn(batch, m, d, generator=gen) * d**-0.25 * spread
+    return gaussian_kernel(landmarks, landmarks)
+
+
+def exact(a, reg=0.01):
+    return torch.linalg.inv(a + reg * torch.eye(a.shape[-1], dtype=a.dtype))
+
+
+def test_newton_matches_exact_inverse_on_spd_matrices():
+    a = random_spd(4, 12)
+    v = newton_inverse(a, num_iters=20)
+    torch.testing.assert_close(v, exact(a), rtol=1e-6, atol=1e-8)
+
+
+def test_newton_matches_exact_inverse_on_kernel_matrices():
+    a = kernel_matrix(6, 49)
+    v = newton_inverse(a)
+    ref = exact(a)
+    rel = (v - ref).norm(dim=(-2, -1)) / ref.norm(dim=(-2, -1))
+    assert rel.max() < 1e-4
+    assert newton_residual(a, v).max() < 1e-4
+
+
+def test_newton_residual_decreases_monotonically():
+    a = kernel_matrix(3, 49, spread=0.3).double()
+    residuals = torch.stack(
+        [newton_residual(a, newton_iterate(a, t)) for t in range(0, 21)])
+    converging = residuals[:-1] > 1e-12  # below that only rounding is left
+    assert (residuals[1:] < residuals[:-1])[converging].all()
+    assert (residuals[-1] < residuals[0] * 1e-3).all()
+
+
+def test_newton_is_per_matrix():
+    # One badly scaled matrix in the batch must not change the others.
+    a = kernel_matrix(3, 16)
+    scaled = a.clone()
+    scaled[0] *= 50
+    torch.testing.assert_close(newton_inverse(scaled)[1:], newton_inverse(a)[1:])
+
+
+def test_newton_forward_builds_no_iteration_graph():
+    a = random_spd(2, 8).requires_grad_()
+    v = newton_inverse(a)
+    assert v.grad_fn is not None
+    assert len(v.grad_fn.next_functions) == 1  # straight back to ``a``
+
+
+def test_newton_gradcheck_against_exact_inverse():
+    a = random_spd(2, 6).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x: newton_inverse(x, num_iters=60), (a,), eps=1e-6, atol=1e-5)
+    grad_out = torch.randn(2, 6, 6, dtype=torch.float64)
+    (ours,) = torch.autograd.grad(newton_inverse(a, num_iters=60), a, grad_out)
+    (ref,) = torch.autograd.grad(exact(a), a, grad_out)
+    torch.testing.assert_close(ours, ref)
+
+
+def test_solve_inverse_matches_inv_and_falls_back():
+    a = random_spd(3, 10)
+    torch.testing.assert_close(solve_inverse(a), exact(a))
+    indefinite = torch.diag_embed(torch.tensor([[2.0, -3.0, 1.0]],
+                                               dtype=torch.float64))
+    torch.testing.assert_close(solve_inverse(indefinite, reg=0.0),
+                               torch.linalg.inv(indefinite))
+
+
+def test_non_square_input_is_rejected():
+    with pytest.raises(ValueError, match=r'square matrices of shape \(\.\.\., m, m\)'):
+        newton_inverse(torch.ones(2, 3, 4))
