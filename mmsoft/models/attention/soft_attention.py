@@ -2,6 +2,7 @@
 import math
 from typing import Optional, Tuple, Union
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
@@ -196,6 +197,7 @@ class SOFTAttention(BaseModule):
 
         A map smaller than ``sr_ratio`` on a side is zero-padded on its
         bottom and right to ``sr_ratio`` so that it still yields one landmark.
+        Runs in the dtype of ``q_map`` (float32 or float64) under autocast.
 
         Args:
             q_map (Tensor): Scaled queries as maps, (B * h, d, H, W).
@@ -207,17 +209,42 @@ class SOFTAttention(BaseModule):
         height, width = q_map.shape[-2:]
         if height < r or width < r:
             q_map = F.pad(q_map, (0, max(0, r - width), 0, max(0, r - height)))
-        if self.landmark == 'conv':
-            grid = self.landmark_conv(q_map)
-        else:
-            grid = F.avg_pool2d(q_map, r, r)
-        if self.max_landmarks is not None:
-            grid = F.adaptive_avg_pool2d(
-                grid, capped_grid(*grid.shape[-2:], self.max_landmarks))
-        tokens = grid.flatten(2).transpose(1, 2)
-        if self.landmark == 'conv':
-            tokens = F.gelu(self.landmark_norm(tokens))
+        with torch.autocast(device_type=q_map.device.type, enabled=False):
+            if self.landmark == 'conv':
+                weight = self.landmark_conv.weight.to(q_map.dtype)
+                grid = F.conv2d(q_map, weight, stride=r)
+            else:
+                grid = F.avg_pool2d(q_map, r, r)
+            if self.max_landmarks is not None:
+                grid = F.adaptive_avg_pool2d(
+                    grid, capped_grid(*grid.shape[-2:], self.max_landmarks))
+            tokens = grid.flatten(2).transpose(1, 2)
+            if self.landmark == 'conv':
+                norm = self.landmark_norm
+                tokens = F.gelu(F.layer_norm(
+                    tokens, norm.normalized_shape, norm.weight.to(tokens.dtype),
+                    norm.bias.to(tokens.dtype), norm.eps))
         return tokens
+
+    def queries(self, x: Tensor) -> Tensor:
+        """Query projection in at least float32, even under autocast.
+
+        The Gaussian kernel is sensitive to small changes of the queries, so
+        the whole query path (projection, landmarks, kernel, inverse) runs in
+        float32: under bfloat16 autocast this keeps outputs and gradients
+        within 1e-2 relative of float32, which half-precision queries do not.
+
+        Args:
+            x (Tensor): Tokens (B, N, C).
+
+        Returns:
+            Tensor: Unscaled queries (B, N, C), float32 or float64.
+        """
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        bias = self.q.bias
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return F.linear(x.to(dtype), self.q.weight.to(dtype),
+                            None if bias is None else bias.to(dtype))
 
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:
@@ -240,7 +267,7 @@ class SOFTAttention(BaseModule):
         height, width = hw_shape
         h, d = self.num_heads, self.head_dims
         # (B * h, N, d): batch and heads folded into one batch dimension.
-        q = self.q(x).view(batch, num_tokens, h, d).transpose(1, 2)
+        q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
         q = (q * d**-0.25).reshape(batch * h, num_tokens, d)
         v = self.v(x).view(batch, num_tokens, h, d).transpose(1, 2)
         v_heads = v.reshape(batch * h, num_tokens, d)
