@@ -48,7 +48,7 @@ def test_classification_works_without_mmdet_and_mmseg():
                 embed_dims=[16, 16, 32, 32], num_heads=[1, 1, 1, 1],
                 depths=[1, 1, 1, 1])),
             head=dict(type='LinearClsHead', num_classes=3, in_channels=32)))
-        scores = model(torch.rand(1, 3, 32, 32), mode='tensor')
+        scores = model.eval()(torch.rand(1, 3, 32, 32), mode='tensor')
         print(tuple(scores.shape))
     """)
     assert result.returncode == 0, result.stderr

@@ -1,1 +1,4 @@
 """Backbones."""
+from .soft import SOFT
+
+__all__ = ['SOFT']

@@ -1,0 +1,384 @@
+"""The SOFT backbone: one class for mmpretrain, mmdet and mmseg."""
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+from torch import Tensor
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from mmsoft.registry import register_model
+
+from ..utils.pos_embed import resize_pos_embed
+from .soft_blocks import ClassTokenBlock, ConvPatchEmbed, SOFTBlock
+
+_TINY = dict(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16],
+             depths=[1, 2, 3, 2])
+OUT_TYPES = ('cls_token', 'featmap')
+MIN_INPUT_SIZE = 32
+STRIDES = (4, 8, 16, 32)
+
+
+def _half(size: int, times: int) -> int:
+    """Side length after ``times`` stride-2, padding-1 3x3 convolutions."""
+    for _ in range(times):
+        size = (size + 1) // 2
+    return size
+
+
+@register_model
+class SOFT(BaseModule):
+    """SOFT: softmax-free transformer backbone with linear-complexity attention.
+
+    Four stages at strides 4, 8, 16 and 32. Stages 1-3 use post-norm blocks
+    with SOFT attention (landmark ratios 8, 4, 2 and value-convolution sizes
+    9, 5, 3); stage 4 prepends a class token and uses pre-norm softmax
+    attention blocks. Each stage adds learned position embeddings defined for
+    ``img_size`` and resized bilinearly to the actual grid, so any input of
+    at least 32 px works. Parameter names follow :mod:`mmsoft`'s layout;
+    ``tools/model_converters/soft2mmsoft.py`` converts released checkpoints.
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'``,
+            ``'huge'`` (or ``'t'``, ``'s'``, ``'m'``, ``'l'``, ``'h'``), each
+            also as a SOFT-Norm twin with ``'-norm'`` appended
+            (``'tiny-norm'``, ``'t-norm'``), or a dict with the keys
+            ``embed_dims``, ``num_heads`` and ``depths`` (4 values each) and
+            optionally ``sr_ratios`` (8, 4, 2, 1), ``conv_sizes`` (9, 5, 3),
+            ``mlp_ratios`` (4, 4, 4, 4), ``stem_channels`` (32) and
+            ``normalize`` (False). Defaults to ``'tiny'``.
+        in_channels (int): Input channels. Defaults to 3.
+        img_size (int): Square input size the position embeddings are
+            defined for. Defaults to 224.
+        out_type (str): ``'cls_token'``: a 1-tuple with the class token after
+            the final norm, (B, C4), for classification; ``'featmap'``: NCHW
+            maps of the stages in ``out_indices``, for dense prediction.
+            Defaults to ``'cls_token'``.
+        out_indices (int | Sequence[int]): Stages (0-3, negatives count from
+            the end) whose maps ``'featmap'`` returns. Must be -1 or 3 with
+            ``'cls_token'``. Defaults to -1.
+        drop_rate (float): Dropout after adding position embeddings.
+            Defaults to 0.
+        drop_path_rate (float): Largest residual-branch drop rate, spread
+            linearly over all blocks. Defaults to 0.
+        drop_path_mode (str): In stages 1-3, ``'dropout'`` (element-wise, as
+            released) or ``'droppath'`` (stochastic depth). Stage 4 always
+            uses stochastic depth. Defaults to ``'dropout'``.
+        attn_cfg (dict, optional): Token mixer of stages 1-3; any registered
+            module taking ``embed_dims``, ``num_heads``, ``sr_ratio``,
+            ``conv_size`` and called as ``attn(x, hw_shape)``. Defaults to
+            ``dict(type='SOFTAttention')`` (with ``normalize=True`` for
+            SOFT-Norm archs).
+        frozen_stages (int): -1 freezes nothing, 0 the stem (stage 1's patch
+            and position embeddings), k in 1-4 the stem and stages 1..k
+            (4 includes the class token and final norm). Frozen parts stay in
+            eval mode. Defaults to -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
+            Defaults to False.
+        with_cp (bool): Checkpoint every block to save activation memory.
+            Defaults to False.
+        check_finite (bool): Raise a ValueError naming the problem when the
+            input holds NaN or Inf. Defaults to True.
+        init_cfg (dict, optional): Initialisation; ``dict(type='Pretrained',
+            checkpoint=..., prefix='backbone.')`` loads weights strictly,
+            resizing position embeddings. Defaults to None.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.models import SOFT
+        >>> model = SOFT(arch='tiny', out_type='featmap', out_indices=(0, 1, 2, 3))
+        >>> feats = model(torch.rand(1, 3, 224, 224))
+        >>> [tuple(f.shape) for f in feats]
+        [(1, 64, 56, 56), (1, 128, 28, 28), (1, 320, 14, 14), (1, 512, 7, 7)]
+        >>> SOFT(arch='tiny')(torch.rand(1, 3, 224, 224))[0].shape
+        torch.Size([1, 512])
+    """
+
+    arch_zoo: Dict[str, dict] = {
+        **dict.fromkeys(['t', 'tiny'], _TINY),
+        **dict.fromkeys(['s', 'small'], {**_TINY, 'depths': [1, 3, 7, 4]}),
+        **dict.fromkeys(['m', 'medium'], dict(
+            embed_dims=[64, 128, 288, 512], num_heads=[2, 4, 9, 16],
+            depths=[1, 3, 29, 5])),
+        **dict.fromkeys(['l', 'large'], {**_TINY, 'depths': [1, 3, 40, 5]}),
+        **dict.fromkeys(['h', 'huge'], dict(
+            embed_dims=[64, 128, 352, 512], num_heads=[2, 4, 11, 16],
+            depths=[1, 5, 49, 5])),
+    }
+    arch_defaults = dict(sr_ratios=[8, 4, 2, 1], conv_sizes=[9, 5, 3],
+                         mlp_ratios=[4, 4, 4, 4], stem_channels=32,
+                         normalize=False)
+    required_keys = ('embed_dims', 'num_heads', 'depths')
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 in_channels: int = 3,
+                 img_size: int = 224,
+                 out_type: str = 'cls_token',
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 drop_path_mode: str = 'dropout',
+                 attn_cfg: Optional[dict] = None,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 check_finite: bool = True,
+                 init_cfg: Optional[dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = self.parse_arch(arch)
+        s = self.arch_settings
+        self.embed_dims: List[int] = list(s['embed_dims'])
+        self.depths: List[int] = list(s['depths'])
+        self.in_channels = in_channels
+        self.img_size = img_size
+        if out_type not in OUT_TYPES:
+            raise ValueError(f'Unknown out_type {out_type!r}; use one of {OUT_TYPES}.')
+        self.out_type = out_type
+        self.out_indices = self.parse_out_indices(out_indices, out_type)
+        if not -1 <= frozen_stages <= 4:
+            raise ValueError(f'frozen_stages must be in [-1, 4] (SOFT has 4 '
+                             f'stages), got {frozen_stages}.')
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+        self.check_finite = check_finite
+
+        attn_cfg = copy.deepcopy(attn_cfg) if attn_cfg else dict(type='SOFTAttention')
+        if s['normalize'] and attn_cfg.get('type') in ('SOFTAttention',
+                                                       'mmsoft.SOFTAttention'):
+            attn_cfg.setdefault('normalize', True)
+        dpr = torch.linspace(0, drop_path_rate, sum(self.depths)).tolist()
+        # Only stages up to the last one used are built (no unused parameters).
+        self.num_stages = 4 if out_type == 'cls_token' else max(self.out_indices) + 1
+        self.patch_embeds = nn.ModuleList()
+        self.pos_embeds = nn.ParameterList()
+        self.stages = nn.ModuleList()
+        channels = in_channels
+        for i in range(self.num_stages):
+            dims = self.embed_dims[i]
+            stem = s['stem_channels'] if i == 0 else None
+            self.patch_embeds.append(ConvPatchEmbed(channels, dims, stem))
+            grid = _half(img_size, 2 + i)
+            extra = 1 if i == 3 else 0
+            self.pos_embeds.append(nn.Parameter(torch.zeros(1, extra + grid**2, dims)))
+            rates = dpr[sum(self.depths[:i]):sum(self.depths[:i + 1])]
+            if i < 3:
+                blocks = [
+                    SOFTBlock(dims, s['num_heads'][i], s['sr_ratios'][i],
+                              s['conv_sizes'][i], s['mlp_ratios'][i], rate,
+                              drop_path_mode, attn_cfg) for rate in rates
+                ]
+            else:
+                blocks = [
+                    ClassTokenBlock(dims, s['num_heads'][i], s['mlp_ratios'][i], rate)
+                    for rate in rates
+                ]
+            self.stages.append(nn.ModuleList(blocks))
+            channels = dims
+        self.pos_drop = nn.Dropout(drop_rate)
+        if self.num_stages == 4:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims[3]))
+            self.norm = nn.LayerNorm(self.embed_dims[3], eps=1e-6)
+        self._freeze_stages()
+
+    # ------------------------------------------------------------------ config
+    @classmethod
+    def parse_arch(cls, arch: Union[str, dict]) -> dict:
+        """Resolve a preset name or a custom dict into the full settings."""
+        if isinstance(arch, str):
+            name = arch.lower()
+            normalize = name.endswith('-norm')
+            base = name[:-len('-norm')] if normalize else name
+            if base not in cls.arch_zoo:
+                valid = sorted(cls.arch_zoo) + sorted(f'{k}-norm' for k in cls.arch_zoo)
+                raise ValueError(f'Unknown SOFT arch {arch!r}; valid names: '
+                                 f'{", ".join(valid)}, or a dict with keys '
+                                 f'{cls.required_keys}.')
+            return {**cls.arch_defaults, **cls.arch_zoo[base], 'normalize': normalize}
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a preset name or a dict, got '
+                            f'{type(arch).__name__}.')
+        missing = [key for key in cls.required_keys if key not in arch]
+        if missing:
+            raise ValueError(f'Custom SOFT arch is missing {missing}; it needs '
+                             f'{cls.required_keys} (4 values each) and may set '
+                             f'{tuple(cls.arch_defaults)}.')
+        unknown = set(arch) - set(cls.required_keys) - set(cls.arch_defaults)
+        if unknown:
+            allowed = cls.required_keys + tuple(cls.arch_defaults)
+            raise ValueError(f'Custom SOFT arch has unknown keys {sorted(unknown)}; '
+                             f'allowed: {allowed}.')
+        settings = {**cls.arch_defaults, **arch}
+        for key, length in (('embed_dims', 4), ('num_heads', 4), ('depths', 4),
+                            ('sr_ratios', 4), ('mlp_ratios', 4), ('conv_sizes', 3)):
+            if len(settings[key]) != length:
+                raise ValueError(f'arch[{key!r}] needs {length} values, got '
+                                 f'{list(settings[key])}.')
+        return settings
+
+    @staticmethod
+    def parse_out_indices(out_indices: Union[int, Sequence[int]],
+                          out_type: str) -> Tuple[int, ...]:
+        """Normalise ``out_indices`` to sorted stage numbers in 0-3."""
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence) or not out_indices:
+            raise TypeError(f'out_indices must be an int or a non-empty sequence '
+                            f'of ints, got {out_indices!r}.')
+        result = []
+        for index in out_indices:
+            if not -4 <= index <= 3:
+                raise ValueError(f'out_indices {index} is out of range: SOFT has 4 '
+                                 'stages, so use 0-3 (or -4 to -1).')
+            result.append(index % 4)
+        if out_type == 'cls_token' and result != [3]:
+            raise ValueError(f"out_type='cls_token' reads the class token of the last "
+                             f"stage, so out_indices must be -1 or 3, got "
+                             f"{list(out_indices)}; use out_type='featmap' for maps "
+                             'of earlier stages.')
+        return tuple(sorted(set(result)))
+
+    @property
+    def out_channels(self) -> List[int]:
+        """Channels of each output, in output order."""
+        return [self.embed_dims[i] for i in self.out_indices]
+
+    @property
+    def out_strides(self) -> List[int]:
+        """Stride of each output map relative to the input, in output order."""
+        return [STRIDES[i] for i in self.out_indices]
+
+    # ------------------------------------------------------------ init & modes
+    def init_weights(self) -> None:
+        """Load ``Pretrained`` weights strictly, or initialise as released."""
+        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
+            from ..utils.checkpoint_loading import load_pretrained
+            load_pretrained(self, self.init_cfg['checkpoint'],
+                            prefix=self.init_cfg.get('prefix'),
+                            map_location=self.init_cfg.get('map_location', 'cpu'))
+            self._is_init = True
+            return
+        super().init_weights()
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                trunc_normal_(module.weight, std=.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for pos_embed in self.pos_embeds:
+            trunc_normal_(pos_embed, std=.02)
+        if hasattr(self, 'cls_token'):
+            trunc_normal_(self.cls_token, std=.02)
+
+    def _stage_parts(self, stage: int) -> List[Union[nn.Module, nn.Parameter]]:
+        parts = [self.patch_embeds[stage], self.pos_embeds[stage], self.stages[stage]]
+        if stage == 3:
+            parts += [self.cls_token, self.norm]
+        return parts
+
+    def _freeze_stages(self) -> None:
+        if self.frozen_stages < 0:
+            return
+        parts: list = [self.patch_embeds[0], self.pos_embeds[0]]
+        for stage in range(min(self.frozen_stages, self.num_stages)):
+            parts += self._stage_parts(stage)
+        for part in parts:
+            if isinstance(part, nn.Parameter):
+                part.requires_grad = False
+            else:
+                part.eval()
+                for param in part.parameters():
+                    param.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'SOFT':
+        """Set train mode, keeping frozen stages and (with norm_eval) BN in eval."""
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+        return self
+
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
+        """Layer-wise depth of a parameter, for layer-wise learning-rate decay.
+
+        Depth 0 is the stem, blocks count from 1 in order, the embeddings of
+        a later stage share the depth of the block before them, and the final
+        norm (and anything outside the backbone) is the last depth.
+
+        Args:
+            param_name (str): Parameter name.
+            prefix (str): Prefix of the backbone's parameters, such as
+                ``'backbone.'``. Defaults to ``''``.
+
+        Returns:
+            tuple[int, int]: The depth and the number of depths.
+        """
+        num_layers = sum(self.depths[:self.num_stages]) + 2
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        parts = param_name[len(prefix):].split('.')
+        if parts[0] in ('patch_embeds', 'pos_embeds'):
+            return sum(self.depths[:int(parts[1])]), num_layers
+        if parts[0] == 'stages':
+            stage, block = int(parts[1]), int(parts[2])
+            return sum(self.depths[:stage]) + block + 1, num_layers
+        if parts[0] == 'cls_token':
+            return sum(self.depths[:3]), num_layers
+        return num_layers - 1, num_layers
+
+    # ----------------------------------------------------------------- forward
+    def check_input(self, x: Tensor) -> None:
+        """Raise a ValueError or TypeError naming what is wrong with ``x``."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f'SOFT expects a Tensor, got {type(x).__name__}.')
+        if x.dim() != 4:
+            raise ValueError(f'SOFT expects images of shape (B, C, H, W), got '
+                             f'{x.dim()}-D input of shape {tuple(x.shape)}.')
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f'SOFT was built for {self.in_channels} input channels '
+                             f'but got {x.shape[1]}; set in_channels={x.shape[1]} '
+                             'or convert the images.')
+        if min(x.shape[-2:]) < MIN_INPUT_SIZE:
+            raise ValueError(f'Input of {x.shape[-2]} x {x.shape[-1]} px is smaller '
+                             f'than the minimum {MIN_INPUT_SIZE} x {MIN_INPUT_SIZE} '
+                             'px of SOFT; resize or pad the images.')
+        if self.check_finite and not bool(torch.isfinite(x).all()):
+            bad = int((~torch.isfinite(x)).sum())
+            raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
+                             'or pass check_finite=False to skip this check.')
+
+    def _run_block(self, block: nn.Module, x: Tensor, hw: Tuple[int, int]) -> Tensor:
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(block, x, hw, use_reentrant=False)
+        return block(x, hw)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        """Images (B, C, H, W) to a tuple of outputs (see ``out_type``)."""
+        self.check_input(x)
+        batch = x.shape[0]
+        outs = []
+        for i in range(self.num_stages):
+            x, hw = self.patch_embeds[i](x)
+            if i == 3:
+                x = torch.cat([self.cls_token.expand(batch, -1, -1), x], dim=1)
+            x = self.pos_drop(x + resize_pos_embed(self.pos_embeds[i], hw,
+                                                   1 if i == 3 else 0))
+            for block in self.stages[i]:
+                x = self._run_block(block, x, hw)
+            if i == 3:
+                x = self.norm(x)
+                if self.out_type == 'cls_token':
+                    return (x[:, 0], )
+                x = x[:, 1:]
+            x = x.transpose(1, 2).reshape(batch, -1, *hw)
+            if i in self.out_indices:
+                outs.append(x)
+        return tuple(outs)

@@ -1,0 +1,35 @@
+"""Resizing of learned absolute position embeddings."""
+import math
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def resize_pos_embed(pos_embed: Tensor, dst_hw: Tuple[int, int],
+                     num_extra_tokens: int = 0) -> Tensor:
+    """Bilinearly resize a square grid of position embeddings to ``dst_hw``.
+
+    Args:
+        pos_embed (Tensor): (1, num_extra_tokens + S * S, C): extra tokens
+            (such as a class token slot) first, then an S x S grid.
+        dst_hw (tuple[int, int]): Target grid (H, W).
+        num_extra_tokens (int): Leading tokens kept as they are. Defaults to 0.
+
+    Returns:
+        Tensor: (1, num_extra_tokens + H * W, C); ``pos_embed`` itself when the
+        grid already has that size.
+    """
+    extra, grid = pos_embed[:, :num_extra_tokens], pos_embed[:, num_extra_tokens:]
+    side = math.isqrt(grid.shape[1])
+    if side * side != grid.shape[1]:
+        raise ValueError(
+            f'Position embeddings of shape {tuple(pos_embed.shape)} with '
+            f'{num_extra_tokens} extra tokens do not hold a square grid.')
+    if (side, side) == tuple(dst_hw):
+        return pos_embed
+    grid = grid.reshape(1, side, side, -1).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=tuple(dst_hw), mode='bilinear',
+                         align_corners=False)
+    return torch.cat([extra, grid.flatten(2).transpose(1, 2)], dim=1)
