@@ -1,0 +1,56 @@
+"""Versions mmsoft runs with; printed by ``python -m mmsoft.utils.collect_env``."""
+from importlib import metadata
+from typing import Dict
+
+from mmengine.utils.dl_utils import collect_env as collect_base_env
+
+_PACKAGES = {
+    'MMCV': 'mmcv',
+    'MMEngine': 'mmengine',
+    'MMPretrain': 'mmpretrain',
+    'MMDetection': 'mmdet',
+    'MMSegmentation': 'mmsegmentation',
+    'NumPy': 'numpy',
+    'mmsoft': 'mmsoft',
+}
+
+
+def _mmcv_ops_status() -> str:
+    """Whether mmcv's compiled ops load, with the reason when they do not."""
+    try:
+        from mmcv.ops import nms  # noqa: F401
+    except Exception as err:  # any failure here is worth reporting, not raising
+        return f'not available ({type(err).__name__}: {err})'
+    return 'available'
+
+
+def collect_env() -> Dict[str, str]:
+    """Collect the environment: Python, torch, compiler, CUDA and package versions.
+
+    Package versions come from their installed metadata, so mmdet and mmseg
+    are reported without being imported.
+
+    Returns:
+        dict: Name to version or status, in a stable order.
+
+    Examples:
+        >>> from mmsoft.utils import collect_env
+        >>> info = collect_env()
+        >>> 'PyTorch' in info and 'MMCV ops' in info
+        True
+    """
+    info = dict(collect_base_env())
+    for name, dist in _PACKAGES.items():
+        try:
+            info[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            info[name] = 'not installed'
+    info['MMCV ops'] = _mmcv_ops_status()
+    return {key: str(value) for key, value in info.items()}
+
+
+def main() -> None:
+    """Print :func:`collect_env` one ``name: value`` per line."""
+    for name, value in collect_env().items():
+        print(f'{name}: {value}')
+
