@@ -1,0 +1,1 @@
+"""Shared test setup: ``tests/`` is importable, so ``helpers`` resolves."""
