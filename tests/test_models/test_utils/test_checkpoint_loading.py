@@ -1,0 +1,123 @@
+"""Pretrained SOFT weights load strictly into detectors and segmentors."""
+import pytest
+import torch
+from helpers.official_soft import official_state_dict
+from mmengine.registry import init_default_scope
+
+import mmsoft  # noqa: F401
+from mmsoft.models import SOFT
+from mmsoft.models.utils import resize_pos_embed
+
+ARCH = dict(embed_dims=[16, 32, 32, 64], num_heads=[1, 2, 2, 4], depths=[1, 1, 2, 1])
+
+
+def classifier_checkpoint(path, img_size=224):
+    """An mmpretrain ImageClassifier checkpoint, as a Runner saves it."""
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    torch.manual_seed(0)
+    model = MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(type='SOFT', arch=ARCH, img_size=img_size),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=64)))
+    model.init_weights()
+    torch.save(dict(state_dict=model.state_dict(), meta=dict(epoch=1)), path)
+    return model
+
+
+def backbone_cfg(path, **kwargs):
+    return dict(type='SOFT', arch=ARCH, out_type='featmap', out_indices=(0, 1, 2, 3),
+                init_cfg=dict(type='Pretrained', checkpoint=str(path),
+                              prefix='backbone.'), **kwargs)
+
+
+def assert_same_backbone(backbone, source, resized_from=None):
+    own = backbone.state_dict()
+    for key, value in source.backbone.state_dict().items():
+        if key.startswith('pos_embeds') and resized_from is not None:
+            extra = 1 if key == 'pos_embeds.3' else 0
+            side = int((own[key].shape[1] - extra) ** 0.5)
+            value = resize_pos_embed(value, (side, side), extra)
+        torch.testing.assert_close(own[key], value, msg=key)
+
+
+def test_pretrained_into_an_mmdet_retinanet_with_resized_pos_embeds(tmp_path):
+    from mmdet.registry import MODELS
+    source = classifier_checkpoint(tmp_path / 'cls.pth')
+    init_default_scope('mmdet')
+    detector = MODELS.build(dict(
+        type='RetinaNet',
+        backbone=backbone_cfg(tmp_path / 'cls.pth', img_size=320),
+        neck=dict(type='FPN', in_channels=[16, 32, 32, 64], out_channels=32,
+                  start_level=1, add_extra_convs='on_input', num_outs=5),
+        bbox_head=dict(
+            type='RetinaHead', num_classes=3, in_channels=32, feat_channels=32,
+            stacked_convs=1,
+            anchor_generator=dict(type='AnchorGenerator', octave_base_scale=4,
+                                  scales_per_octave=3, ratios=[0.5, 1.0, 2.0],
+                                  strides=[8, 16, 32, 64, 128]),
+            bbox_coder=dict(type='DeltaXYWHBBoxCoder', target_means=[.0] * 4,
+                            target_stds=[1.0] * 4),
+            loss_cls=dict(type='FocalLoss', use_sigmoid=True, gamma=2.0,
+                          alpha=0.25, loss_weight=1.0),
+            loss_bbox=dict(type='L1Loss', loss_weight=1.0))))
+    detector.init_weights()
+    assert detector.backbone.pos_embeds[0].shape == (1, 80 * 80, 16)
+    assert_same_backbone(detector.backbone, source, resized_from=224)
+
+
+def test_pretrained_into_an_mmseg_upernet(tmp_path):
+    from mmseg.registry import MODELS
+    source = classifier_checkpoint(tmp_path / 'cls.pth')
+    init_default_scope('mmseg')
+    segmentor = MODELS.build(dict(
+        type='EncoderDecoder',
+        data_preprocessor=dict(type='SegDataPreProcessor'),
+        backbone=backbone_cfg(tmp_path / 'cls.pth'),
+        decode_head=dict(type='UPerHead', in_channels=[16, 32, 32, 64],
+                         in_index=[0, 1, 2, 3], channels=16, num_classes=4,
+                         pool_scales=(1, 2), norm_cfg=dict(type='BN'),
+                         loss_decode=dict(type='CrossEntropyLoss'))))
+    segmentor.init_weights()
+    assert_same_backbone(segmentor.backbone, source)
+
+
+def test_released_checkpoint_loads_into_a_backbone(tmp_path):
+    path = tmp_path / 'released.pth'
+    weights = official_state_dict(seed=7)
+    torch.save(dict(model={f'module.{k}': v for k, v in weights.items()}), path)
+    model = SOFT(arch='tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    torch.testing.assert_close(model.stages[2][1].attn.landmark_conv.weight,
+                               weights['block3.1.att.mha.attn.Qlandmark_op.weight'])
+    torch.testing.assert_close(model.cls_token, weights['cls_token'])
+
+
+def test_loads_that_do_not_fit_are_errors(tmp_path):
+    classifier_checkpoint(tmp_path / 'cls.pth')
+    wrong_prefix = SOFT(arch=ARCH, init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='detector.'))
+    with pytest.raises(KeyError, match="No key of .*cls.pth starts with prefix "
+                       "'detector.'"):
+        wrong_prefix.init_weights()
+
+    no_prefix = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained',
+                                               checkpoint=str(tmp_path / 'cls.pth')))
+    with pytest.raises(KeyError, match=r"No weight of .*matches SOFT.*prefix='backbone.'"):
+        no_prefix.init_weights()
+
+    partial = tmp_path / 'partial.pth'
+    state = torch.load(tmp_path / 'cls.pth', weights_only=True)['state_dict']
+    del state['backbone.stages.1.0.attn.q.weight']
+    torch.save(dict(state_dict=state), partial)
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained', checkpoint=str(partial),
+                                          prefix='backbone.'))
+    with pytest.raises(KeyError, match=r'lacks 1 weights .*stages\.1\.0\.attn\.q\.weight'):
+        model.init_weights()
+
+    wider = dict(ARCH, embed_dims=[16, 32, 48, 64], num_heads=[1, 2, 3, 4])
+    model = SOFT(arch=wider, init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.'))
+    with pytest.raises(ValueError, match=r'stages\.2\.0\.attn\.q\.weight: checkpoint '
+                       r'\(32, 32\) vs model \(48, 48\)'):
+        model.init_weights()
