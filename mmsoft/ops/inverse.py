@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from .regions import region
+
 
 def _regularised(a: Tensor, reg: float) -> Tensor:
     """``a + reg * I`` for a batch of square matrices."""
@@ -44,7 +46,7 @@ def newton_iterate(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
     Returns:
         Tensor: The iterate ``V_T`` approximating ``(a + reg I)^-1``.
     """
-    with torch.no_grad():
+    with torch.no_grad(), region('newton'):
         p = _regularised(a, reg)
         v = newton_initial_scale(a) * p
         shape = v.shape

@@ -1,0 +1,25 @@
+"""Named regions of the numerics, so that counters can attribute their cost."""
+import contextlib
+from contextvars import ContextVar
+from typing import Iterator, Optional
+
+_REGION: ContextVar[Optional[str]] = ContextVar('mmsoft_region', default=None)
+
+
+@contextlib.contextmanager
+def region(name: str) -> Iterator[None]:
+    """Mark the work done inside the block as belonging to ``name``.
+
+    Args:
+        name (str): Region name, e.g. ``'newton'``.
+    """
+    token = _REGION.set(name)
+    try:
+        yield
+    finally:
+        _REGION.reset(token)
+
+
+def current_region() -> Optional[str]:
+    """The innermost active region's name, or None."""
+    return _REGION.get()

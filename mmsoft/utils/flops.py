@@ -1,0 +1,136 @@
+"""Count the multiply-accumulates a model really executes.
+
+Generic counters trace modules or a JIT graph and miss work inside custom
+autograd functions and ``no_grad`` loops, such as SOFT's Newton iterations.
+:class:`FlopCounter` sits at torch's dispatcher instead, so it sees every
+matrix product, convolution and attention kernel that runs, wherever it is
+called from, plus every ``exp`` (one operation per element, the Gaussian
+kernel's cost). Following vision papers, "FLOPs" here are multiply-accumulates
+(MACs): one multiply-add counts once.
+"""
+from collections import Counter
+from math import prod
+from typing import Any, Callable, Dict
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mmsoft.ops.regions import current_region
+
+aten = torch.ops.aten
+
+
+def _mm(args, out) -> int:
+    return prod(args[0].shape) * args[1].shape[-1]
+
+
+def _addmm(args, out) -> int:
+    return prod(args[1].shape) * args[2].shape[-1]
+
+
+def _bmm(args, out) -> int:
+    return prod(args[0].shape) * args[1].shape[-1]
+
+
+def _baddbmm(args, out) -> int:
+    return prod(args[1].shape) * args[2].shape[-1]
+
+
+def _conv(args, out) -> int:
+    weight = args[1]
+    return out.numel() * prod(weight.shape[1:])
+
+
+def _sdpa(args, out) -> int:
+    q, k, v = args[:3]
+    # Q K^T and the weighted sum of V.
+    return prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+
+
+def _elementwise(args, out) -> int:
+    return out.numel()
+
+
+HANDLERS: Dict[Any, Callable] = {
+    aten.mm: _mm,
+    aten.addmm: _addmm,
+    aten.bmm: _bmm,
+    aten.baddbmm: _baddbmm,
+    aten.convolution: _conv,
+    aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
+    aten._scaled_dot_product_efficient_attention: _sdpa,
+    aten._scaled_dot_product_flash_attention: _sdpa,
+    aten._scaled_dot_product_cudnn_attention: _sdpa,
+    aten.exp: _elementwise,
+}
+
+
+class FlopCounter(TorchDispatchMode):
+    """Context manager that adds up the MACs of everything run inside it.
+
+    Work inside a named region of :mod:`mmsoft.ops.regions` (the Newton
+    iterations are ``'newton'``) is also added up per region.
+
+    Attributes:
+        counts (Counter): MACs per aten operator name.
+        region_counts (Counter): MACs per region name.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.utils.flops import FlopCounter
+        >>> with FlopCounter() as counter:
+        ...     _ = torch.ones(2, 3) @ torch.ones(3, 4)
+        >>> counter.total
+        24
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+        self.region_counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        handler = HANDLERS.get(func._overloadpacket)
+        if handler is not None:
+            macs = int(handler(args, out))
+            self.counts[func._overloadpacket.__name__] += macs
+            region = current_region()
+            if region is not None:
+                self.region_counts[region] += macs
+        return out
+
+    @property
+    def total(self) -> int:
+        """All MACs counted so far."""
+        return sum(self.counts.values())
+
+
+def count_flops(model: nn.Module, *inputs: Any, **kwargs: Any) -> FlopCounter:
+    """Count one forward of ``model`` (in eval mode, without gradients).
+
+    Args:
+        model (nn.Module): The model; its training mode is restored after.
+        *inputs: Positional inputs of the forward.
+        **kwargs: Keyword inputs of the forward.
+
+    Returns:
+        FlopCounter: ``total`` MACs (each ``exp`` counted as one), per
+        operator ``counts`` and per region ``region_counts``; the Newton
+        iterations are ``region_counts['newton']``, which the published
+        FLOPs of SOFT leave out.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), FlopCounter() as counter:
+            model(*inputs, **kwargs)
+    finally:
+        model.train(was_training)
+    return counter
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of parameters of ``model``."""
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,57 @@
+"""The FLOP counter sees every product, including the Newton iterations."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmsoft.models import SOFT, SOFTAttention
+from mmsoft.ops import newton_inverse
+from mmsoft.utils.flops import FlopCounter, count_flops
+
+PAPER_GFLOPS = dict(tiny=1.9, small=3.3, medium=7.2, large=11.0, huge=16.3)
+
+
+def test_counts_matmul_conv_and_exp_exactly():
+    with FlopCounter() as counter:
+        torch.ones(2, 3) @ torch.ones(3, 4)                      # 24
+        torch.bmm(torch.ones(5, 2, 3), torch.ones(5, 3, 4))      # 120
+        F.linear(torch.ones(7, 3), torch.ones(4, 3), torch.ones(4))  # 84
+        F.conv2d(torch.ones(1, 4, 8, 8), torch.ones(6, 2, 3, 3), padding=1,
+                 groups=2)                                       # 64*6*18
+        torch.exp(torch.ones(10))                                # 10
+    assert counter.total == 24 + 120 + 84 + 64 * 6 * 18 + 10
+
+
+def test_newton_iterations_are_counted_and_attributed():
+    a = torch.eye(8).expand(3, 8, 8).contiguous()
+    with FlopCounter() as counter:
+        newton_inverse(a, num_iters=5)
+    # two m^3 products per iteration per matrix
+    assert counter.region_counts['newton'] == 5 * 3 * 2 * 8**3
+    assert counter.total == counter.region_counts['newton']
+
+
+def test_attention_count_follows_its_complexity():
+    attn = SOFTAttention(64, 2, sr_ratio=8, conv_size=9).eval()
+    x = torch.rand(1, 56 * 56, 64)
+    counter = count_flops(attn, x, (56, 56))
+    n, m, d, h, c = 56 * 56, 49, 32, 2, 64
+    projections = 3 * n * c * c
+    landmarks = h * m * d * d * 64
+    kernels = h * (n * m * d + m * m * d)            # distance products
+    lowrank = h * (n * m * d * 2 + m * m * d)        # A1^T V, P(.), A1(.)
+    v_conv = h * n * d * 81
+    newton = h * 20 * 2 * m**3
+    exps = h * (n * m + m * m)
+    expected = projections + landmarks + kernels + lowrank + v_conv + newton + exps
+    assert counter.region_counts['newton'] == newton
+    assert counter.total == expected
+
+
+@pytest.mark.parametrize('arch', ['tiny', 'small', 'medium', 'large', 'huge'])
+def test_preset_flops_match_the_paper(arch):
+    model = SOFT(arch=arch)
+    counter = count_flops(model, torch.rand(1, 3, 224, 224))
+    head = model.embed_dims[3] * 1000
+    # The paper's figures leave the Newton iterations out.
+    gflops = (counter.total - counter.region_counts['newton'] + head) / 1e9
+    assert abs(gflops - PAPER_GFLOPS[arch]) / PAPER_GFLOPS[arch] < 0.10, gflops
