@@ -1,0 +1,9 @@
+# SOFT-Norm-Medium on ImageNet-1K: 8 GPUs x 32 images, lr 3.5e-4 for that total
+# batch of 256 (the authors' setting), 300 epochs.
+_base_ = ['./_base_/soft_imagenet_recipe.py']
+model = dict(backbone=dict(arch='medium-norm'))
+train_dataloader = dict(batch_size=32)
+val_dataloader = dict(batch_size=32)
+test_dataloader = val_dataloader
+optim_wrapper = dict(optimizer=dict(lr=3.5e-4))
+auto_scale_lr = dict(base_batch_size=256)
