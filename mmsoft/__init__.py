@@ -10,6 +10,6 @@ from .version import __version__, version_info
 
 allow_mmengine_checkpoints()
 
-from . import models  # noqa: E402,F401  (registers the models)
+from . import engine, models  # noqa: E402,F401  (registers the models)
 
 __all__ = ['__version__', 'version_info']

@@ -1,0 +1,73 @@
+"""Adapt a config to the machine it runs on (GPU or CPU, AMP or not)."""
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+from mmengine.logging import print_log
+
+
+def _replace_sync_bn(node: Any) -> int:
+    """Turn every ``SyncBN`` norm config inside ``node`` into ``BN``."""
+    count = 0
+    if isinstance(node, dict):
+        if node.get('type') == 'SyncBN':
+            node['type'] = 'BN'
+            count += 1
+        for value in node.values():
+            count += _replace_sync_bn(value)
+    elif isinstance(node, (list, tuple)):
+        count += sum(_replace_sync_bn(value) for value in node)
+    return count
+
+
+def prepare_config(cfg: Config, amp: bool = False) -> Config:
+    """Settings a run needs on this machine, applied to ``cfg`` in place.
+
+    - ``amp``: mmengine's ``AmpOptimWrapper`` (float16, dynamic loss scale)
+      on CUDA; :class:`mmsoft.engine.CPUAmpOptimWrapper` (bfloat16) on CPU.
+    - Without CUDA: gloo as the distributed backend, DDP without device
+      ids, and BatchNorm in place of SyncBN (which needs GPUs).
+
+    Args:
+        cfg (Config): The loaded config, with ``launcher`` set.
+        amp (bool): Train with mixed precision. Defaults to False.
+
+    Returns:
+        Config: ``cfg``.
+    """
+    on_gpu = torch.cuda.is_available()
+    if amp:
+        wrapper = cfg.optim_wrapper
+        if on_gpu:
+            wrapper.type = 'AmpOptimWrapper'
+            wrapper.setdefault('loss_scale', 'dynamic')
+            wrapper.setdefault('dtype', 'float16')
+        else:
+            wrapper.type = 'CPUAmpOptimWrapper'
+            wrapper.pop('loss_scale', None)
+            wrapper['dtype'] = 'bfloat16'
+    if not on_gpu:
+        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+        if cfg.get('launcher', 'none') != 'none':
+            cfg.model_wrapper_cfg = dict(
+                type='MMDistributedDataParallel', device_ids=None,
+                broadcast_buffers=False,
+                find_unused_parameters=cfg.get('find_unused_parameters', False))
+        if _replace_sync_bn(cfg.model):
+            print_log('No CUDA: SyncBN layers of the config use BN instead.',
+                      logger='current')
+    return cfg
+
+
+def init_cpu_distributed(launcher: str) -> None:
+    """Start a gloo process group for ``launcher='pytorch'`` runs without CUDA.
+
+    mmengine's own initialisation selects a CUDA device first, which fails on
+    a machine without one; an existing process group is reused by the Runner.
+    """
+    if (launcher == 'pytorch' and not torch.cuda.is_available()
+            and not dist.is_initialized()):
+        dist.init_process_group(backend='gloo', rank=int(os.environ['RANK']),
+                                world_size=int(os.environ['WORLD_SIZE']))

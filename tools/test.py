@@ -1,0 +1,51 @@
+"""Evaluate a checkpoint on a config's test set (mmpretrain, mmdet or mmseg).
+
+Examples:
+    python tools/test.py configs/soft_tiny_imagenet.py work_dirs/epoch_300.pth
+    tools/dist_test.sh configs/soft_tiny_imagenet.py soft_tiny.pth 8
+"""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
+from mmsoft.apis import init_cpu_distributed, prepare_config
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('config', help='config file')
+    parser.add_argument('checkpoint', help='checkpoint to evaluate')
+    parser.add_argument('--work-dir', help='where logs and results go')
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed precision (float16 on CUDA, bfloat16 on CPU)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.launcher = args.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    prepare_config(cfg, amp=args.amp)
+    init_cpu_distributed(args.launcher)
+    Runner.from_cfg(cfg).test()
+
+
+if __name__ == '__main__':
+    main()
