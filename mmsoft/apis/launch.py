@@ -55,7 +55,7 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
                 type='MMDistributedDataParallel', device_ids=None,
                 broadcast_buffers=False,
                 find_unused_parameters=cfg.get('find_unused_parameters', False))
-        if _replace_sync_bn(cfg.model):
+        if _replace_sync_bn(cfg.get('model', {})):
             print_log('No CUDA: SyncBN layers of the config use BN instead.',
                       logger='current')
     return cfg

@@ -9,7 +9,10 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmsoft.ops import (
+    bottleneck_inverse,
     exact_gaussian_attention,
+    gaussian_kernel,
+    newton_residual,
     soft_lowrank_attention,
     soft_reference_attention,
 )
@@ -245,6 +248,29 @@ class SOFTAttention(BaseModule):
         with torch.autocast(device_type=x.device.type, enabled=False):
             return F.linear(x.to(dtype), self.q.weight.to(dtype),
                             None if bias is None else bias.to(dtype))
+
+    @torch.no_grad()
+    def inverse_residual(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        """How well the bottleneck inverse of this input was computed.
+
+        Args:
+            x (Tensor): Tokens (B, N, C).
+            hw_shape (tuple[int, int]): Their grid (H, W).
+
+        Returns:
+            Tensor: ``||P V P - P|| / ||P||`` per image and head, (B, h), with
+            ``P = A2 + reg I`` and ``V`` the inverse used by ``method``; near
+            zero when the Newton iteration has converged.
+        """
+        check_tokens(x, hw_shape, self.embed_dims)
+        batch, num_tokens, _ = x.shape
+        h, d = self.num_heads, self.head_dims
+        q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
+        q_map = (q * d**-0.25).reshape(batch * h, num_tokens, d).transpose(1, 2)
+        landmarks = self.landmarks(q_map.reshape(batch * h, d, *hw_shape))
+        a2 = gaussian_kernel(landmarks, landmarks)
+        inverse = bottleneck_inverse(a2, self.method, self.num_iters, self.reg)
+        return newton_residual(a2, inverse, self.reg).view(batch, h)
 
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:

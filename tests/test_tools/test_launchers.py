@@ -1,0 +1,229 @@
+"""End to end: tools/dist_train.sh and dist_test.sh with 2 CPU processes.
+
+Each toolbox trains a few iterations from a config of configs/ on a tiny
+dataset, evaluates the checkpoint with dist_test.sh and resumes. A training
+run killed with SIGKILL resumes to the same weights as one never stopped, and
+a rank that raises ends the whole job.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.tiny_datasets import make_ade20k, make_coco
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def run(*cmd, timeout=300, env=None):
+    result = subprocess.run([str(c) for c in cmd], cwd=REPO, capture_output=True,
+                            text=True, timeout=timeout,
+                            env={**os.environ, **(env or {})})
+    return result, result.stdout + result.stderr
+
+
+def write_config(path: Path, base: str, body: str) -> Path:
+    path.write_text(f"_base_ = ['{REPO / 'configs' / base}']\n{body}")
+    return path
+
+
+def dist_train(config, work_dir, *args, port):
+    return run(REPO / 'tools/dist_train.sh', config, 2, '--work-dir', work_dir,
+               *args, env=dict(PORT=str(port), OMP_NUM_THREADS='1'))
+
+
+def dist_test(config, checkpoint, work_dir, port):
+    return run(REPO / 'tools/dist_test.sh', config, checkpoint, 2, '--work-dir',
+               work_dir, env=dict(PORT=str(port), OMP_NUM_THREADS='1'))
+
+
+@pytest.fixture(scope='module')
+def digits(tmp_path_factory):
+    root = tmp_path_factory.mktemp('digits')
+    result, log = run(sys.executable, 'tools/dataset_converters/prepare_digits.py',
+                      root)
+    assert result.returncode == 0, log
+    return root
+
+
+def digits_config(path: Path, data_root: Path, epochs: int, random_crop=True) -> Path:
+    pipeline = '' if random_crop else """
+train_dataloader = dict(dataset=dict(pipeline=[
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(32, 32), interpolation='bilinear'),
+    dict(type='PackInputs')]))
+"""
+    return write_config(path, 'soft_tiny_digits.py', f"""
+data_root = '{data_root}'
+train_dataloader = dict(dataset=dict(data_root=data_root, indices=256))
+val_dataloader = dict(dataset=dict(data_root=data_root, indices=64))
+test_dataloader = val_dataloader
+train_cfg = dict(max_epochs={epochs}, val_interval=1)
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=5))
+param_scheduler = [dict(type='CosineAnnealingLR', by_epoch=True, begin=0,
+                        end=4, T_max=4, eta_min=1e-5)]
+randomness = dict(seed=0, deterministic=True)
+{pipeline}""")
+
+
+def test_classification_train_test_resume(digits, tmp_path):
+    work = tmp_path / 'work'
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=1)
+    result, log = dist_train(config, work, port=29611)
+    assert result.returncode == 0, log[-3000:]
+    assert (work / 'epoch_1.pth').exists()
+
+    result, log = dist_test(config, work / 'epoch_1.pth', tmp_path / 'test', 29612)
+    assert result.returncode == 0, log[-3000:]
+    assert 'accuracy/top1' in log
+
+    longer = digits_config(tmp_path / 'cls2.py', digits, epochs=2)
+    result, log = dist_train(longer, work, '--resume', port=29613)
+    assert result.returncode == 0, log[-3000:]
+    assert 'resumed epoch: 1' in log
+    assert (work / 'epoch_2.pth').exists()
+
+
+def test_detection_train_test_resume(tmp_path):
+    data = make_coco(tmp_path / 'coco', per_split=2)
+    body = f"""
+data_root = '{data}/'
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='Resize', scale=(128, 96), keep_ratio=True),
+    dict(type='PackDetInputs')]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(128, 96), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape',
+                                          'img_shape', 'scale_factor'))]
+train_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root, pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+model = dict(backbone=dict(init_cfg=None))
+train_cfg = dict(max_epochs={{epochs}}, val_interval=1)
+"""
+    work = tmp_path / 'work'
+    config = write_config(tmp_path / 'det.py', 'retinanet_softnorm-tiny_fpn_1x_coco.py',
+                          body.replace('{epochs}', '1'))
+    result, log = dist_train(config, work, port=29621)
+    assert result.returncode == 0, log[-3000:]
+    result, log = dist_test(config, work / 'epoch_1.pth', tmp_path / 'test', 29622)
+    assert result.returncode == 0, log[-3000:]
+    assert 'coco/bbox_mAP' in log
+    longer = write_config(tmp_path / 'det2.py', 'retinanet_softnorm-tiny_fpn_1x_coco.py',
+                          body.replace('{epochs}', '2'))
+    result, log = dist_train(longer, work, '--resume', port=29623)
+    assert result.returncode == 0, log[-3000:]
+    assert 'resumed epoch: 1' in log and (work / 'epoch_2.pth').exists()
+
+
+def test_segmentation_train_test_resume(tmp_path):
+    data = make_ade20k(tmp_path / 'ade', per_split=2)
+    body = f"""
+data_root = '{data}'
+crop_size = (64, 64)
+model = dict(data_preprocessor=dict(size=crop_size), backbone=dict(init_cfg=None))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='RandomResize', scale=(128, 64), ratio_range=(0.5, 2.0),
+         keep_ratio=True),
+    dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
+    dict(type='PackSegInputs')]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(128, 64), keep_ratio=True),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='PackSegInputs')]
+train_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root, pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+train_cfg = dict(max_iters={{iters}}, val_interval=2)
+default_hooks = dict(checkpoint=dict(interval=2))
+"""
+    work = tmp_path / 'work'
+    base = 'upernet_softnorm-small_512x512_160k_ade20k.py'
+    config = write_config(tmp_path / 'seg.py', base, body.replace('{iters}', '2'))
+    result, log = dist_train(config, work, port=29631)
+    assert result.returncode == 0, log[-3000:]
+    result, log = dist_test(config, work / 'iter_2.pth', tmp_path / 'test', 29632)
+    assert result.returncode == 0, log[-3000:]
+    assert 'mIoU' in log
+    longer = write_config(tmp_path / 'seg2.py', base, body.replace('{iters}', '4'))
+    result, log = dist_train(longer, work, '--resume', port=29633)
+    assert result.returncode == 0, log[-3000:]
+    assert 'resumed epoch: 0, iter: 2' in log and (work / 'iter_4.pth').exists()
+
+
+def test_sigkill_then_resume_ends_with_the_same_weights(digits, tmp_path):
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=3, random_crop=False)
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    straight = subprocess.run(
+        [sys.executable, 'tools/train.py', config, '--work-dir', tmp_path / 'straight'],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    work = tmp_path / 'killed'
+    proc = subprocess.Popen(
+        [sys.executable, 'tools/train.py', config, '--work-dir', work], cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 300
+    while not (work / 'last_checkpoint').exists() and time.time() < deadline:
+        assert proc.poll() is None, 'training ended before its first checkpoint'
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (work / 'epoch_3.pth').exists()
+
+    resumed = subprocess.run(
+        [sys.executable, 'tools/train.py', config, '--work-dir', work, '--resume'],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert 'resumed epoch' in resumed.stdout + resumed.stderr
+    expected = torch.load(tmp_path / 'straight' / 'epoch_3.pth',
+                          weights_only=True)['state_dict']
+    actual = torch.load(work / 'epoch_3.pth', weights_only=True)['state_dict']
+    for key, value in expected.items():
+        torch.testing.assert_close(actual[key], value, rtol=1e-4, atol=1e-5,
+                                   msg=key)
+
+
+def test_a_failing_rank_ends_the_whole_job(digits, tmp_path):
+    (tmp_path / 'failing_rank.py').write_text('''
+import os
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class FailOnRankOne(Hook):
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        if os.environ.get('RANK') == '1' and runner.iter == 2:
+            raise RuntimeError('rank 1 failed on purpose')
+''')
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=1)
+    with open(config, 'a') as f:
+        f.write("custom_imports = dict(imports=['mmsoft', 'failing_rank'])\n"
+                "custom_hooks = [dict(type='FailOnRankOne')]\n")
+    start = time.time()
+    result, log = run(REPO / 'tools/dist_train.sh', config, 2, '--work-dir',
+                      tmp_path / 'work', timeout=240,
+                      env=dict(PORT='29641', OMP_NUM_THREADS='1',
+                               PYTHONPATH=f'{tmp_path}:{REPO}'))
+    assert result.returncode != 0
+    assert 'rank 1 failed on purpose' in log
+    assert time.time() - start < 240
