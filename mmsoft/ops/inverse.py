@@ -56,12 +56,45 @@ def newton_iterate(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
         return v.reshape(shape)
 
 
+def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
+    """:func:`newton_iterate` through one symmetric eigendecomposition.
+
+    Every Newton iterate is a polynomial in ``P``: with ``P = U diag(l) U^T``,
+    ``V_k = U diag(v_k) U^T`` where ``v_0 = alpha * l`` and
+    ``v <- 2 v - l v^2``. So the ``T`` iterations cost one ``eigh`` (about
+    ``9 m^3``) and two products instead of ``4 T m^3`` multiply-adds, giving the
+    same function up to rounding, converged or not. Runs in float64 for
+    ``m > 64`` float32 inputs to keep the eigenvectors accurate.
+
+    Args:
+        a (Tensor): Symmetric matrices of shape ``(..., m, m)``.
+        num_iters (int): Number of Newton iterations to reproduce.
+            Defaults to 20.
+        reg (float): Ridge added to the diagonal. Defaults to 0.01.
+
+    Returns:
+        Tensor: The iterate ``V_T``, same dtype as ``a``.
+    """
+    with torch.no_grad(), region('newton'):
+        p = _regularised(a, reg)
+        p = (p + p.transpose(-2, -1)) / 2
+        work = p.double() if p.dtype == torch.float32 and p.shape[-1] > 64 else p
+        eigvals, eigvecs = torch.linalg.eigh(work)
+        v = newton_initial_scale(a).squeeze(-1).to(work.dtype) * eigvals
+        for _ in range(num_iters):
+            v = 2 * v - eigvals * v * v
+        out = (eigvecs * v.unsqueeze(-2)) @ eigvecs.transpose(-2, -1)
+        return out.to(a.dtype)
+
+
 class _NewtonInverse(Function):
     """Newton forward; backward of an inverse, ``-V^T G V^T``."""
 
     @staticmethod
-    def forward(ctx, a: Tensor, num_iters: int, reg: float) -> Tensor:
-        v = newton_iterate(a, num_iters, reg)
+    def forward(ctx, a: Tensor, num_iters: int, reg: float,
+                use_eig: bool = False) -> Tensor:
+        iterate = newton_iterate_eig if use_eig else newton_iterate
+        v = iterate(a, num_iters, reg)
         ctx.save_for_backward(v)
         return v
 
@@ -69,10 +102,11 @@ class _NewtonInverse(Function):
     def backward(ctx, grad: Tensor):
         (v,) = ctx.saved_tensors
         v_t = v.transpose(-2, -1)
-        return -(v_t @ grad @ v_t), None, None
+        return -(v_t @ grad @ v_t), None, None, None
 
 
-def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
+def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
+                   use_eig: bool = False) -> Tensor:
     """Approximate ``(a + reg * I)^-1`` by Newton-Raphson iterations.
 
     With ``P = a + reg * I``, ``alpha`` from :func:`newton_initial_scale` and
@@ -87,6 +121,9 @@ def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
         a (Tensor): Symmetric matrices of shape ``(..., m, m)``.
         num_iters (int): Number of iterations. Defaults to 20.
         reg (float): Ridge added to the diagonal. Defaults to 0.01.
+        use_eig (bool): Compute the same iterate through one eigendecomposition
+            (:func:`newton_iterate_eig`), much cheaper for large ``m``.
+            Defaults to False.
 
     Returns:
         Tensor: Shape ``(..., m, m)``.
@@ -101,7 +138,7 @@ def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
                 [0.0000, 0.0000, 0.5000]])
     """
     _check_square(a)
-    return _NewtonInverse.apply(a, num_iters, reg)
+    return _NewtonInverse.apply(a, num_iters, reg, use_eig)
 
 
 def solve_inverse(a: Tensor, reg: float = 0.01) -> Tensor:

@@ -24,7 +24,7 @@ from torch.utils.checkpoint import checkpoint
 from .gaussian_kernel import gaussian_kernel
 from .inverse import newton_inverse, solve_inverse
 
-METHODS = ('newton', 'solve')
+METHODS = ('newton', 'newton_eig', 'solve')
 
 
 def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
@@ -33,9 +33,11 @@ def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
 
     Args:
         a2 (Tensor): Landmark kernel ``k(K~, K~)`` of shape (B, m, m).
-        method (str): ``'newton'`` (the released models' iteration) or
-            ``'solve'`` (exact inverse of ``a2 + reg * I``). Defaults to
-            ``'newton'``.
+        method (str): ``'newton'`` (the released models' iteration),
+            ``'newton_eig'`` (the same iterate from one eigendecomposition,
+            faster for many landmarks) or ``'solve'`` (exact inverse of
+            ``a2 + reg * I``, a different function where Newton has not
+            converged). Defaults to ``'newton'``.
         num_iters (int): Newton iterations. Defaults to 20.
         reg (float): Ridge on the diagonal. Defaults to 0.01.
         normalize (bool): SOFT-Norm: return ``D^-1/2 pinv(A2) D^-1/2`` with
@@ -44,8 +46,9 @@ def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
     Returns:
         Tensor: Shape (B, m, m).
     """
-    if method == 'newton':
-        inv = newton_inverse(a2, num_iters=num_iters, reg=reg)
+    if method in ('newton', 'newton_eig'):
+        inv = newton_inverse(a2, num_iters=num_iters, reg=reg,
+                             use_eig=method == 'newton_eig')
     elif method == 'solve':
         inv = solve_inverse(a2, reg=reg)
     else:

@@ -6,6 +6,7 @@ from mmsoft.ops import (
     gaussian_kernel,
     newton_inverse,
     newton_iterate,
+    newton_iterate_eig,
     newton_residual,
     solve_inverse,
 )
@@ -89,3 +90,24 @@ def test_solve_inverse_matches_inv_and_falls_back():
 def test_non_square_input_is_rejected():
     with pytest.raises(ValueError, match=r'square matrices of shape \(\.\.\., m, m\)'):
         newton_inverse(torch.ones(2, 3, 4))
+
+
+@pytest.mark.parametrize('num_iters', [3, 8, 20])
+def test_eig_newton_is_the_same_function_converged_or_not(num_iters):
+    a = kernel_matrix(4, 100, spread=0.25)  # ill-conditioned: 3-8 steps unconverged
+    loop = newton_iterate(a, num_iters)
+    eig = newton_iterate_eig(a, num_iters)
+    assert (newton_residual(a, loop) > 1e-2).any() or num_iters == 20
+    rel = (eig - loop).norm(dim=(-2, -1)) / loop.norm(dim=(-2, -1))
+    assert rel.max() < 1e-4
+
+
+def test_eig_newton_gradcheck():
+    # The eigendecomposition reads a symmetric matrix, so perturb symmetrically.
+    a = random_spd(2, 5).requires_grad_()
+
+    def symmetric_inverse(x):
+        return newton_inverse((x + x.transpose(-2, -1)) / 2, num_iters=60,
+                              use_eig=True)
+
+    assert torch.autograd.gradcheck(symmetric_inverse, (a,), eps=1e-6, atol=1e-5)
