@@ -1,4 +1,13 @@
-"""Attention modules."""
+"""Attention modules: SOFT and the peers it is compared with."""
+from .peers import (
+                    NystromAttention,
+                    PerformerAttention,
+                    SoftmaxAttention2d,
+                    SpatialReductionAttention,
+)
 from .soft_attention import SOFTAttention
 
-__all__ = ['SOFTAttention']
+__all__ = [
+    'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
+    'PerformerAttention', 'NystromAttention'
+]
