@@ -22,7 +22,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('checkpoint', help='checkpoint to evaluate')
     parser.add_argument('--work-dir', help='where logs and results go')
     parser.add_argument('--amp', action='store_true',
-                        help='mixed precision (float16 on CUDA, bfloat16 on CPU)')
+                        help='evaluate under autocast (float16 on CUDA, bfloat16 '
+                        'on CPU)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -33,7 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
+    """Run the evaluation; returns the metrics (rank 0 holds them all)."""
     args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
@@ -42,9 +44,11 @@ def main(argv=None) -> None:
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
-    prepare_config(cfg, amp=args.amp)
+    if args.amp:
+        cfg.test_cfg = {**(cfg.get('test_cfg') or {}), 'fp16': True}
+    prepare_config(cfg)
     init_cpu_distributed(args.launcher)
-    Runner.from_cfg(cfg).test()
+    return Runner.from_cfg(cfg).test()
 
 
 if __name__ == '__main__':

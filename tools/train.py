@@ -40,7 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> Runner:
+    """Run the training; returns the Runner that ran it."""
     args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
@@ -56,7 +57,9 @@ def main(argv=None) -> None:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
     prepare_config(cfg, amp=args.amp)
     init_cpu_distributed(args.launcher)
-    Runner.from_cfg(cfg).train()
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
 
 
 if __name__ == '__main__':

@@ -1,0 +1,331 @@
+"""Time and memory of SOFT against its reference path and its peers.
+
+Suites (--suite):
+  attention  one stage-1 attention layer (C=64, 2 heads, r=8) alone, for image
+             sizes --sizes (tokens N = (size/4)^2): SOFT fast, reference,
+             chunked, landmark-capped and Newton-by-eigendecomposition paths,
+             and the peers (softmax SDPA, spatial reduction, Performer,
+             Nystromformer); quadratic ones only up to --max-quadratic-tokens.
+  backbone   SOFT-Tiny at 224 x 224, batch --batch: fast vs reference path,
+             forward and forward+backward throughput (images/s).
+  detection  one 800 x 1344 image through the SOFT-Tiny backbone (faithful
+             Newton, Newton by eigendecomposition, landmark cap, exact solve)
+             and mmdet's PVT-Tiny backbone, forward only.
+Times are medians of --repeats runs after one warm-up. Peak memory (--memory):
+on CUDA torch.cuda.max_memory_allocated; on CPU the rise of the peak resident
+set size of a fresh process running the same call (so it includes allocator
+overhead). The machine's fp32 matmul peak (GFLOP/s) is measured first.
+Writes benchmark.csv and benchmark.png to --out-dir and prints a table.
+
+Examples:
+  python tools/analysis/benchmark.py --suite attention --sizes 224 512 1024 --memory
+  python tools/analysis/benchmark.py --suite backbone --batch 16
+  python tools/analysis/benchmark.py --suite all --out-dir work_dirs/benchmark
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+
+SOFT_VARIANTS = {
+    'soft': dict(type='SOFTAttention'),
+    'soft-reference': dict(type='SOFTAttention', impl='reference', chunk_size=None),
+    'soft-chunked': dict(type='SOFTAttention', chunk_size=4096),
+    'soft-capped': dict(type='SOFTAttention', max_landmarks=49),
+    'soft-newton-eig': dict(type='SOFTAttention', method='newton_eig'),
+}
+PEERS = {
+    'softmax-sdpa': dict(type='SoftmaxAttention2d'),
+    'softmax-plain': dict(type='SoftmaxAttention2d', use_sdpa=False),
+    'spatial-reduction': dict(type='SpatialReductionAttention'),
+    'performer': dict(type='PerformerAttention'),
+    'nystromformer': dict(type='NystromAttention'),
+}
+QUADRATIC = ('softmax-sdpa', 'softmax-plain')
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--suite', default='attention',
+                        choices=['attention', 'backbone', 'detection', 'all'])
+    parser.add_argument('--sizes', type=int, nargs='+', default=[224, 448, 640, 1024],
+                        help='image sizes for the attention suite')
+    parser.add_argument('--variants', nargs='+',
+                        default=list(SOFT_VARIANTS) + list(PEERS),
+                        help='attention variants to run')
+    parser.add_argument('--batch', type=int, default=16,
+                        help='batch of the backbone suite')
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--max-quadratic-tokens', type=int, default=16384,
+                        help='largest N for the O(N^2) softmax attentions')
+    parser.add_argument('--memory', action='store_true',
+                        help='also measure peak memory (slower on CPU)')
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--out-dir', default='work_dirs/benchmark')
+    parser.add_argument('--measure-one', help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ----------------------------------------------------------------- the cases
+def build_case(spec: dict, device: str) -> Callable[[bool], None]:
+    """A closure running one forward (and backward when asked) of ``spec``."""
+    import mmsoft  # noqa: F401
+    from mmsoft.registry import build_model
+    torch.manual_seed(0)
+    kind = spec['kind']
+    if kind == 'attention':
+        side = spec['size'] // 4
+        module = build_model(dict(PEERS.get(spec['variant']) or
+                                  SOFT_VARIANTS[spec['variant']]),
+                             embed_dims=64, num_heads=2, sr_ratio=8, conv_size=9)
+        inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
+    elif kind == 'backbone':
+        from mmsoft.models import SOFT
+        attn = dict(SOFT_VARIANTS[spec['variant']])
+        module = SOFT(arch='tiny', attn_cfg=attn)
+        inputs = (torch.randn(spec['batch'], 3, 224, 224, device=device), )
+    else:  # detection
+        height, width = 800, 1344
+        if spec['variant'] == 'pvt-tiny':
+            from mmdet.models.backbones import PyramidVisionTransformer
+            module = PyramidVisionTransformer(num_layers=[2, 2, 2, 2])
+        else:
+            from mmsoft.models import SOFT
+            module = SOFT(arch='tiny-norm', out_type='featmap',
+                          out_indices=(0, 1, 2, 3), img_size=224,
+                          attn_cfg=dict(type='SOFTAttention', normalize=True,
+                                        **spec['attn']))
+        inputs = (torch.randn(1, 3, height, width, device=device), )
+    module = module.to(device)
+
+    def run(backward: bool) -> None:
+        if backward:
+            out = module(*inputs)
+            out = out if isinstance(out, torch.Tensor) else sum(o.sum() for o in out)
+            out.sum().backward()
+        else:
+            with torch.no_grad():
+                module(*inputs)
+        if device.startswith('cuda'):
+            torch.cuda.synchronize()
+    return run
+
+
+def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> float:
+    run(backward)  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(backward)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_memory(spec: dict, backward: bool, device: str) -> float:
+    """Peak memory of one call in MiB (see the module docstring)."""
+    if device.startswith('cuda'):
+        run = build_case(spec, device)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run(backward)
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    payload = json.dumps(dict(spec=spec, backward=backward))
+    result = subprocess.run([sys.executable, __file__, '--measure-one', payload],
+                            capture_output=True, text=True, timeout=3600)
+    if result.returncode != 0:
+        return float('nan')
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def measure_one(payload: str) -> None:
+    """Child process: print the rise of peak RSS (MiB) over one call."""
+    import resource
+    args = json.loads(payload)
+    run = build_case(args['spec'], 'cpu')
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run(args['backward'])
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print((after - before) / 1024)
+
+
+def matmul_peak(device: str) -> float:
+    """GFLOP/s of a 2048 x 2048 fp32 matrix product."""
+    a = torch.randn(2048, 2048, device=device)
+    run = lambda backward: (a @ a, torch.cuda.synchronize()  # noqa: E731
+                            if device.startswith('cuda') else None)
+    seconds = time_case(run, False, 5)
+    return 2 * 2048**3 / seconds / 1e9
+
+
+# ----------------------------------------------------------------- the suites
+def attention_specs(args) -> List[dict]:
+    specs = []
+    for size in args.sizes:
+        for variant in args.variants:
+            n = (size // 4)**2
+            if variant in QUADRATIC and n > args.max_quadratic_tokens:
+                continue
+            specs.append(dict(kind='attention', variant=variant, size=size, tokens=n))
+    return specs
+
+
+def backbone_specs(args) -> List[dict]:
+    return [dict(kind='backbone', variant=v, batch=args.batch, size=224)
+            for v in ('soft', 'soft-reference')]
+
+
+def detection_specs(args) -> List[dict]:
+    variants = {'soft-tiny newton': dict(), 'soft-tiny newton_eig':
+                dict(method='newton_eig'), 'soft-tiny capped-64':
+                dict(max_landmarks=64), 'soft-tiny solve': dict(method='solve')}
+    specs = [dict(kind='detection', variant=k, attn=v, size=800)
+             for k, v in variants.items()]
+    return specs + [dict(kind='detection', variant='pvt-tiny', size=800)]
+
+
+def run_suites(args) -> List[Dict]:
+    specs = []
+    if args.suite in ('attention', 'all'):
+        specs += attention_specs(args)
+    if args.suite in ('backbone', 'all'):
+        specs += backbone_specs(args)
+    if args.suite in ('detection', 'all'):
+        specs += detection_specs(args)
+    rows = []
+    for spec in specs:
+        run = build_case(spec, args.device)
+        row = dict(kind=spec['kind'], variant=spec['variant'], size=spec['size'],
+                   tokens=spec.get('tokens', ''))
+        row['forward_s'] = time_case(run, False, args.repeats)
+        if spec['kind'] != 'detection':
+            row['fwd_bwd_s'] = time_case(run, True, args.repeats)
+        if spec['kind'] == 'backbone':
+            row['forward_img_s'] = spec['batch'] / row['forward_s']
+            row['fwd_bwd_img_s'] = spec['batch'] / row['fwd_bwd_s']
+        if args.memory:
+            row['forward_mib'] = peak_memory(spec, False, args.device)
+            if spec['kind'] != 'detection':
+                row['fwd_bwd_mib'] = peak_memory(spec, True, args.device)
+        del run
+        rows.append(row)
+        print(format_row(row), flush=True)
+    return rows
+
+
+def format_row(row: Dict) -> str:
+    cells = [f'{row["kind"]:<10}', f'{row["variant"]:<22}', f'{row["size"]:>5}']
+    for key in ('forward_s', 'fwd_bwd_s', 'forward_img_s', 'fwd_bwd_img_s',
+                'forward_mib', 'fwd_bwd_mib'):
+        value = row.get(key)
+        cells.append(f'{key}={value:.4g}' if isinstance(value, float) else '')
+    return ' | '.join(c for c in cells if c)
+
+
+def loglog_slope(xs: List[float], ys: List[float]) -> float:
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = statistics.mean(lx), statistics.mean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum(
+        (a - mx)**2 for a in lx)
+
+
+def summarise(rows: List[Dict], peak: float) -> List[str]:
+    lines = [f'fp32 matmul peak: {peak:.1f} GFLOP/s']
+    by = {(r['kind'], r['variant'], r['size']): r for r in rows}
+    fast = by.get(('backbone', 'soft', 224))
+    ref = by.get(('backbone', 'soft-reference', 224))
+    if fast and ref:
+        lines.append(
+            f'SOFT-Tiny 224 batch: forward {fast["forward_img_s"]:.1f} img/s '
+            f'({fast["forward_img_s"] / ref["forward_img_s"]:.2f}x reference), '
+            f'fwd+bwd {fast["fwd_bwd_img_s"]:.1f} img/s '
+            f'({fast["fwd_bwd_img_s"] / ref["fwd_bwd_img_s"]:.2f}x reference)')
+    for variant in ('soft', 'soft-capped'):
+        pts = sorted((r['tokens'], r) for r in rows
+                     if r['kind'] == 'attention' and r['variant'] == variant)
+        if len(pts) >= 2:
+            xs = [p[0] for p in pts]
+            text = f'{variant}: log-log slope of fwd+bwd time vs N ' \
+                   f'{loglog_slope(xs, [p[1]["fwd_bwd_s"] for p in pts]):.2f}'
+            if 'fwd_bwd_mib' in pts[0][1]:
+                mem = [max(p[1]['fwd_bwd_mib'], 1e-3) for p in pts]
+                text += f', of memory {loglog_slope(xs, mem):.2f}'
+            lines.append(text)
+    biggest = max((r['size'] for r in rows if r['kind'] == 'attention'), default=None)
+    chunked = by.get(('attention', 'soft-chunked', biggest))
+    reference = by.get(('attention', 'soft-reference', biggest))
+    if chunked and reference and 'fwd_bwd_mib' in chunked:
+        lines.append(f'attention at {biggest} px: chunked fwd+bwd peak '
+                     f'{chunked["fwd_bwd_mib"]:.0f} MiB vs reference '
+                     f'{reference["fwd_bwd_mib"]:.0f} MiB')
+    pvt = by.get(('detection', 'pvt-tiny', 800))
+    for r in rows:
+        if r['kind'] == 'detection' and pvt and r is not pvt:
+            lines.append(f'800x1344 {r["variant"]}: {r["forward_s"]:.2f} s = '
+                         f'{r["forward_s"] / pvt["forward_s"]:.2f}x PVT-Tiny '
+                         f'({pvt["forward_s"]:.2f} s)')
+    return lines
+
+
+def plot(rows: List[Dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    keys = [k for k in ('fwd_bwd_s', 'fwd_bwd_mib') if any(k in r for r in rows)]
+    fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(6 * max(1, len(keys)), 4.5))
+    axes = axes if hasattr(axes, '__len__') else [axes]
+    attention = [r for r in rows if r['kind'] == 'attention']
+    for ax, key in zip(axes, keys or ['fwd_bwd_s']):
+        for variant in dict.fromkeys(r['variant'] for r in attention):
+            pts = sorted((r['tokens'], r.get(key)) for r in attention
+                         if r['variant'] == variant and r.get(key) is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker='o', label=variant)
+        ax.set_xscale('log')
+        ax.set_yscale('log')
+        ax.set_xlabel('tokens N')
+        unit = 'seconds' if key.endswith('_s') else 'MiB'
+        ax.set_ylabel(f'forward+backward {unit}')
+        ax.grid(True, which='both', alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle('Attention at stage-1 width (C=64, 2 heads, r=8)')
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.measure_one:
+        measure_one(args.measure_one)
+        return
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    peak = matmul_peak(args.device)
+    print(f'device {args.device}, {torch.get_num_threads()} threads, '
+          f'fp32 matmul peak {peak:.1f} GFLOP/s', flush=True)
+    rows = run_suites(args)
+    columns = ['kind', 'variant', 'size', 'tokens', 'forward_s', 'fwd_bwd_s',
+               'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib']
+    with open(out_dir / 'benchmark.csv', 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    plot(rows, out_dir / 'benchmark.png')
+    summary = summarise(rows, peak)
+    (out_dir / 'summary.txt').write_text('\n'.join(summary) + '\n')
+    print('\n'.join(summary))
+    print(f'Wrote {out_dir / "benchmark.csv"} and {out_dir / "benchmark.png"}.')
+
+
+if __name__ == '__main__':
+    os.environ.setdefault('PYTHONWARNINGS', 'ignore')
+    main()
