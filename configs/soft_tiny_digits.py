@@ -1,5 +1,5 @@
 # SOFT-Tiny trained from scratch on scikit-learn's handwritten digits
-# (1,437 training / 360 validation 8 x 8 scans, upscaled to 32 x 32), the
+# (1,438 training / 359 validation 8 x 8 scans, upscaled to 32 x 32), the
 # whole pipeline without any download:
 #   python tools/dataset_converters/prepare_digits.py data/digits
 #   tools/dist_train.sh configs/soft_tiny_digits.py 2

@@ -29,7 +29,7 @@ def written(tmp_path_factory):
     result = subprocess.run([sys.executable, str(SCRIPT), str(root)], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert 'Wrote 1437 training and 360 validation images' in result.stdout
+    assert 'Wrote 1438 training and 359 validation images' in result.stdout
     return root
 
 
@@ -53,7 +53,7 @@ def test_split_depends_only_on_the_seed(digits):
 
 
 def test_files_hold_the_scans_in_the_custom_dataset_layout(written, digits):
-    for split, count in (('train', 1437), ('val', 360)):
+    for split, count in (('train', 1438), ('val', 359)):
         files = sorted(written.glob(f'{split}/*/*.png'))
         assert len(files) == count
         assert {f.parent.name for f in files} == {str(d) for d in range(10)}
@@ -70,7 +70,7 @@ def test_files_hold_the_scans_in_the_custom_dataset_layout(written, digits):
 def test_mmpretrain_reads_it_with_ten_classes(written):
     dataset = CustomDataset(data_root=str(written), data_prefix='val',
                             pipeline=[])
-    assert len(dataset) == 360
+    assert len(dataset) == 359
     assert dataset.CLASSES == tuple(str(d) for d in range(10))
     labels = Counter(dataset.get_gt_labels().tolist())
     assert sorted(labels) == list(range(10)) and min(labels.values()) >= 35

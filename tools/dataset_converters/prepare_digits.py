@@ -4,8 +4,8 @@ The 1,797 8 x 8 scans ship inside scikit-learn, so no download is needed.
 They are saved as PNGs in mmpretrain's CustomDataset layout with a fixed,
 stratified 80/20 split:
 
-    OUT_DIR/train/<digit>/<index>.png   (1,437 images)
-    OUT_DIR/val/<digit>/<index>.png     (360 images)
+    OUT_DIR/train/<digit>/<index>.png   (1,438 images)
+    OUT_DIR/val/<digit>/<index>.png     (359 images)
 
 Example:
     python tools/dataset_converters/prepare_digits.py data/digits
