@@ -1,11 +1,13 @@
 # Mask R-CNN 1x on COCO with a SOFT-Norm-Small backbone. The SOFT authors
-# published no detection settings; these are mmdet's Swin Mask R-CNN 1x ones
-# (AdamW lr 1e-4, weight decay 0.05 except on norms and position embeddings,
-# 1000-iteration warm-up, 12 epochs, steps at 8 and 11, 8 GPUs x 2).
-_base_ = ['mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
+# published no detection settings; these are the PVT ones mmdet and the PVT
+# paper use for RetinaNet and Mask R-CNN 1x (AdamW lr 1e-4, weight decay 1e-4,
+# 500-iteration warm-up, 12 epochs, steps at 8 and 11, 8 GPUs x 2).
+_base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
 custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
 
-# ImageNet weights of the same size; override with
+# ImageNet weights of the same size: a checkpoint of
+# configs/softnorm_small_imagenet.py, or a converted released one
+# (tools/model_converters/soft2mmsoft.py). Or override on the command line:
 #   --cfg-options model.backbone.init_cfg.checkpoint=PATH
 pretrained = 'checkpoints/softnorm_small_imagenet.pth'
 model = dict(
@@ -20,10 +22,4 @@ model = dict(
                       prefix='backbone.')),
     neck=dict(in_channels=[64, 128, 320, 512]))
 optim_wrapper = dict(
-    paramwise_cfg=dict(
-        _delete_=True,
-        custom_keys={
-            'norm': dict(decay_mult=0.),
-            '.pos_embeds': dict(decay_mult=0.),
-            '.cls_token': dict(decay_mult=0.),
-        }))
+    optimizer=dict(_delete_=True, type='AdamW', lr=1e-4, weight_decay=1e-4))
