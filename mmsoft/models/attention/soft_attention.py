@@ -253,6 +253,38 @@ class SOFTAttention(BaseModule):
                             None if bias is None else bias.to(dtype))
 
     @torch.no_grad()
+    def attention_row(self, x: Tensor, hw_shape: Tuple[int, int],
+                      index: int) -> Tensor:
+        """Kernel attention weights of one query over all tokens, per head.
+
+        Row ``index`` of ``A1 P A1^T`` from the low-rank factors, in O(N m)
+        memory (the N x N matrix is never formed); in exact mode, the row of
+        the full kernel. The value convolution is not part of it.
+
+        Args:
+            x (Tensor): Tokens (B, N, C).
+            hw_shape (tuple[int, int]): Their grid (H, W).
+            index (int): Query position, ``row * W + column``.
+
+        Returns:
+            Tensor: (B, h, N).
+        """
+        check_tokens(x, hw_shape, self.embed_dims)
+        batch, num_tokens, _ = x.shape
+        h, d = self.num_heads, self.head_dims
+        q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
+        q = (q * d**-0.25).reshape(batch * h, num_tokens, d)
+        query = q[:, index:index + 1]
+        if self.mode == 'exact':
+            return gaussian_kernel(query, q).view(batch, h, num_tokens)
+        landmarks = self.landmarks(q.transpose(1, 2).reshape(batch * h, d, *hw_shape))
+        middle = bottleneck_inverse(gaussian_kernel(landmarks, landmarks), self.method,
+                                    self.num_iters, self.reg, self.normalize)
+        row = (gaussian_kernel(query, landmarks) @ middle) @ gaussian_kernel(
+            landmarks, q)
+        return row.view(batch, h, num_tokens)
+
+    @torch.no_grad()
     def inverse_residual(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         """How well the bottleneck inverse of this input was computed.
 
