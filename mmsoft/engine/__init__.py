@@ -1,4 +1,5 @@
-"""Training components that mmengine lacks for CPU runs."""
+"""Training components: CPU mixed precision and atomic checkpoint writes."""
+from .atomic_local_backend import AtomicLocalBackend
 from .cpu_amp_optim_wrapper import CPUAmpOptimWrapper
 
-__all__ = ['CPUAmpOptimWrapper']
+__all__ = ['AtomicLocalBackend', 'CPUAmpOptimWrapper']
