@@ -62,7 +62,7 @@ train_dataloader = dict(dataset=dict(pipeline=[
 """
     return write_config(path, 'soft_tiny_digits.py', f"""
 data_root = '{data_root}'
-train_dataloader = dict(dataset=dict(data_root=data_root, indices=256))
+train_dataloader = dict(dataset=dict(data_root=data_root, indices=128))
 val_dataloader = dict(dataset=dict(data_root=data_root, indices=64))
 test_dataloader = val_dataloader
 train_cfg = dict(max_epochs={epochs}, val_interval=1)

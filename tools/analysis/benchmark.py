@@ -12,9 +12,9 @@ Suites (--suite):
              Newton, Newton by eigendecomposition, landmark cap, exact solve)
              and mmdet's PVT-Tiny backbone, forward only.
 Times are medians of --repeats runs after one warm-up. Peak memory (--memory):
-on CUDA torch.cuda.max_memory_allocated; on CPU the rise of the peak resident
-set size of a fresh process running the same call (so it includes allocator
-overhead). The machine's fp32 matmul peak (GFLOP/s) is measured first.
+on CUDA torch.cuda.max_memory_allocated; on CPU (Linux) the rise of the peak
+resident set size of a fresh process over the same call (so it includes
+allocator overhead). The machine's fp32 matmul peak (GFLOP/s) is measured first.
 Writes benchmark.csv and benchmark.png to --out-dir and prints a table.
 
 Examples:
@@ -147,15 +147,27 @@ def peak_memory(spec: dict, backward: bool, device: str) -> float:
     return float(result.stdout.strip().splitlines()[-1])
 
 
+def _status_kib(field: str) -> int:
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise RuntimeError(f'{field} missing from /proc/self/status')
+
+
 def measure_one(payload: str) -> None:
-    """Child process: print the rise of peak RSS (MiB) over one call."""
-    import resource
+    """Child process: print the rise of peak RSS (MiB) over one call.
+
+    The kernel's peak-RSS mark is reset after the model is built (Linux
+    ``clear_refs``), so only the call itself counts.
+    """
     args = json.loads(payload)
     run = build_case(args['spec'], 'cpu')
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _status_kib('VmRSS')
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')  # reset VmHWM to the current RSS
     run(args['backward'])
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print((after - before) / 1024)
+    print((_status_kib('VmHWM') - before) / 1024)
 
 
 def matmul_peak(device: str) -> float:
