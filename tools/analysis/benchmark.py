@@ -11,7 +11,9 @@ Suites (--suite):
   detection  one 800 x 1344 image through the SOFT-Tiny backbone (faithful
              Newton, Newton by eigendecomposition, landmark cap, exact solve)
              and mmdet's PVT-Tiny backbone, forward only.
-Times are medians of --repeats runs after one warm-up. Peak memory (--memory):
+Times are medians of --repeats runs after one warm-up; the cases of a suite
+and size run round-robin, so they share any load of the machine alike.
+Peak memory (--memory):
 on CUDA torch.cuda.max_memory_allocated; on CPU (Linux) the rise of the peak
 resident set size of a fresh process over the same call (so it includes
 allocator overhead). The machine's fp32 matmul peak (GFLOP/s) is measured first.
@@ -213,24 +215,42 @@ def run_suites(args) -> List[Dict]:
         specs += backbone_specs(args)
     if args.suite in ('detection', 'all'):
         specs += detection_specs(args)
-    rows = []
+    # Cases of one suite are timed round-robin (every case once per repeat),
+    # so a load change on a shared machine hits all of them alike.
+    groups: Dict[tuple, List[dict]] = {}
     for spec in specs:
-        run = build_case(spec, args.device)
-        row = dict(kind=spec['kind'], variant=spec['variant'], size=spec['size'],
-                   tokens=spec.get('tokens', ''))
-        row['forward_s'] = time_case(run, False, args.repeats)
-        if spec['kind'] != 'detection':
-            row['fwd_bwd_s'] = time_case(run, True, args.repeats)
-        if spec['kind'] == 'backbone':
-            row['forward_img_s'] = spec['batch'] / row['forward_s']
-            row['fwd_bwd_img_s'] = spec['batch'] / row['fwd_bwd_s']
-        if args.memory:
-            row['forward_mib'] = peak_memory(spec, False, args.device)
-            if spec['kind'] != 'detection':
-                row['fwd_bwd_mib'] = peak_memory(spec, True, args.device)
-        del run
-        rows.append(row)
-        print(format_row(row), flush=True)
+        groups.setdefault((spec['kind'], spec['size']), []).append(spec)
+    rows = []
+    for group in groups.values():
+        runs = [build_case(spec, args.device) for spec in group]
+        timings = {}
+        for backward in (False, True):
+            if group[0]['kind'] == 'detection' and backward:
+                continue
+            samples = [[] for _ in runs]
+            for run in runs:
+                run(backward)  # warm-up
+            for _ in range(args.repeats):
+                for i, run in enumerate(runs):
+                    start = time.perf_counter()
+                    run(backward)
+                    samples[i].append(time.perf_counter() - start)
+            timings[backward] = [statistics.median(s) for s in samples]
+        del runs
+        for i, spec in enumerate(group):
+            row = dict(kind=spec['kind'], variant=spec['variant'], size=spec['size'],
+                       tokens=spec.get('tokens', ''), forward_s=timings[False][i])
+            if True in timings:
+                row['fwd_bwd_s'] = timings[True][i]
+            if spec['kind'] == 'backbone':
+                row['forward_img_s'] = spec['batch'] / row['forward_s']
+                row['fwd_bwd_img_s'] = spec['batch'] / row['fwd_bwd_s']
+            if args.memory:
+                row['forward_mib'] = peak_memory(spec, False, args.device)
+                if 'fwd_bwd_s' in row:
+                    row['fwd_bwd_mib'] = peak_memory(spec, True, args.device)
+            rows.append(row)
+            print(format_row(row), flush=True)
     return rows
 
 
