@@ -53,24 +53,33 @@ def digits(tmp_path_factory):
     return root
 
 
-def digits_config(path: Path, data_root: Path, epochs: int, random_crop=True) -> Path:
-    pipeline = '' if random_crop else """
-train_dataloader = dict(dataset=dict(pipeline=[
+def digits_config(path: Path, data_root: Path, epochs: int, random_crop=True,
+                  train_images=128) -> Path:
+    """The digits config on ``train_images`` training and 64 validation images.
+
+    The images are spread evenly over the class-sorted splits, so every
+    digit is among them.
+    """
+    train = [i * 1438 // train_images for i in range(train_images)]
+    val = [i * 359 // 64 for i in range(64)]
+    # One train_dataloader assignment: a second one in the same file would
+    # replace the first instead of merging into it.
+    pipeline = '' if random_crop else """pipeline=[
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=(32, 32), interpolation='bilinear'),
-    dict(type='PackInputs')]))
-"""
+    dict(type='PackInputs')],"""
     return write_config(path, 'soft_tiny_digits.py', f"""
 data_root = '{data_root}'
-train_dataloader = dict(dataset=dict(data_root=data_root, indices=128))
-val_dataloader = dict(dataset=dict(data_root=data_root, indices=64))
+train_dataloader = dict(dataset=dict(data_root=data_root, indices={train},
+                                     {pipeline}))
+val_dataloader = dict(dataset=dict(data_root=data_root, indices={val}))
 test_dataloader = val_dataloader
 train_cfg = dict(max_epochs={epochs}, val_interval=1)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=5))
 param_scheduler = [dict(type='CosineAnnealingLR', by_epoch=True, begin=0,
                         end=4, T_max=4, eta_min=1e-5)]
 randomness = dict(seed=0, deterministic=True)
-{pipeline}""")
+""")
 
 
 def test_classification_train_test_resume(digits, tmp_path):
@@ -175,7 +184,8 @@ default_hooks = dict(checkpoint=dict(interval=2))
 
 
 def test_sigkill_then_resume_ends_with_the_same_weights(digits, tmp_path):
-    config = digits_config(tmp_path / 'cls.py', digits, epochs=3, random_crop=False)
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=3, random_crop=False,
+                           train_images=96)
     env = {**os.environ, 'OMP_NUM_THREADS': '1'}
     straight = subprocess.run(
         [sys.executable, 'tools/train.py', config, '--work-dir', tmp_path / 'straight'],
@@ -217,7 +227,7 @@ from mmengine.registry import HOOKS
 @HOOKS.register_module()
 class FailOnRankOne(Hook):
     def before_train_iter(self, runner, batch_idx, data_batch=None):
-        if os.environ.get('RANK') == '1' and runner.iter == 2:
+        if os.environ.get('RANK') == '1' and runner.iter == 1:
             raise RuntimeError('rank 1 failed on purpose')
 ''')
     config = digits_config(tmp_path / 'cls.py', digits, epochs=1)
