@@ -1,6 +1,8 @@
-"""End to end: tools/dist_train.sh and dist_test.sh with 2 CPU processes.
+"""The launchers: tools/{dist,slurm}_{train,test}.sh.
 
-Each toolbox trains a few iterations from a config of configs/ on a tiny
+Fast tests read the command each script assembles, with stand-ins for
+``python`` and ``srun`` on PATH. The slow ones run end to end with 2 CPU
+processes: each toolbox trains a few iterations from a config of configs/ on a tiny
 dataset, evaluates the checkpoint with dist_test.sh and resumes. A training
 run killed with SIGKILL resumes to the same weights as one never stopped, and
 a rank that raises ends the whole job.
@@ -19,7 +21,6 @@ from helpers.tiny_datasets import make_ade20k, make_coco
 import mmsoft  # noqa: F401  (weights-only loading of mmengine checkpoints)
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
 
 
 def run(*cmd, timeout=300, env=None):
@@ -42,6 +43,94 @@ def dist_train(config, work_dir, *args, port):
 def dist_test(config, checkpoint, work_dir, port):
     return run(REPO / 'tools/dist_test.sh', config, checkpoint, 2, '--work-dir',
                work_dir, env=dict(PORT=str(port), OMP_NUM_THREADS='1'))
+
+
+@pytest.fixture
+def echo_bin(tmp_path):
+    """A folder whose ``python`` and ``srun`` print their arguments, one a line."""
+    folder = tmp_path / 'bin'
+    folder.mkdir()
+    for name in ('python', 'srun'):
+        stub = folder / name
+        stub.write_text('#!/usr/bin/env bash\n'
+                        'echo "PYTHONPATH=$PYTHONPATH"\n'
+                        'echo "OMP_NUM_THREADS=$OMP_NUM_THREADS"\n'
+                        'printf "%s\\n" "$@"\n')
+        stub.chmod(0o755)
+    return folder
+
+
+def echoed(script, *args, bin_dir, **env):
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ('NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT', 'GPUS',
+                            'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS',
+                            'OMP_NUM_THREADS')}
+    environ.update(env, PATH=f'{bin_dir}:{os.environ["PATH"]}')
+    result = subprocess.run([str(REPO / 'tools' / script), *map(str, args)], cwd=REPO,
+                            capture_output=True, text=True, timeout=30, env=environ)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_dist_train_passes_the_cluster_environment_to_torchrun(echo_bin):
+    lines = echoed('dist_train.sh', 'configs/soft_tiny_imagenet.py', 4, '--amp',
+                   '--resume', bin_dir=echo_bin, NNODES='2', NODE_RANK='1',
+                   MASTER_ADDR='10.0.0.7', PORT='29999')
+    assert lines[0] == f'PYTHONPATH={REPO / "tools"}/..'
+    assert lines[2:] == [
+        '-m', 'torch.distributed.run', '--nnodes=2', '--node_rank=1',
+        '--master_addr=10.0.0.7', '--nproc_per_node=4', '--master_port=29999',
+        f'{REPO / "tools"}/train.py', 'configs/soft_tiny_imagenet.py',
+        '--launcher', 'pytorch', '--amp', '--resume']
+
+
+def test_dist_test_defaults_to_one_local_node(echo_bin):
+    lines = echoed('dist_test.sh', 'c.py', 'w.pth', 2, '--work-dir', 'out',
+                   bin_dir=echo_bin, PYTHONPATH='/extra')
+    assert lines[0] == f'PYTHONPATH={REPO / "tools"}/..:/extra'
+    # One intra-op thread pool per process, sharing the cores.
+    assert lines[1] == f'OMP_NUM_THREADS={max(len(os.sched_getaffinity(0)) // 2, 1)}'
+    assert lines[2:] == [
+        '-m', 'torch.distributed.run', '--nnodes=1', '--node_rank=0',
+        '--master_addr=127.0.0.1', '--nproc_per_node=2', '--master_port=29500',
+        f'{REPO / "tools"}/test.py', 'c.py', 'w.pth', '--launcher', 'pytorch',
+        '--work-dir', 'out']
+
+
+def test_slurm_train_takes_an_optional_work_dir(echo_bin):
+    lines = echoed('slurm_train.sh', 'gpu', 'soft', 'c.py', 'work', '--amp',
+                   bin_dir=echo_bin, GPUS='16', CPUS_PER_TASK='4',
+                   SRUN_ARGS='--quotatype=auto --time=10')
+    assert lines[2:] == [
+        '-p', 'gpu', '--job-name=soft', '--gres=gpu:8', '--ntasks=16',
+        '--ntasks-per-node=8', '--cpus-per-task=4', '--kill-on-bad-exit=1',
+        '--quotatype=auto', '--time=10', 'python', '-u',
+        f'{REPO / "tools"}/train.py', 'c.py', '--work-dir', 'work',
+        '--launcher', 'slurm', '--amp']
+    lines = echoed('slurm_train.sh', 'gpu', 'soft', 'c.py', '--resume',
+                   bin_dir=echo_bin)
+    assert lines[-4:] == ['c.py', '--launcher', 'slurm', '--resume']
+
+
+def test_slurm_test_runs_test_py_on_the_checkpoint(echo_bin):
+    lines = echoed('slurm_test.sh', 'gpu', 'eval', 'c.py', 'w.pth', bin_dir=echo_bin,
+                   GPUS='4', GPUS_PER_NODE='4')
+    assert lines[2:] == [
+        '-p', 'gpu', '--job-name=eval', '--gres=gpu:4', '--ntasks=4',
+        '--ntasks-per-node=4', '--cpus-per-task=5', '--kill-on-bad-exit=1',
+        'python', '-u', f'{REPO / "tools"}/test.py', 'c.py', 'w.pth',
+        '--launcher', 'slurm']
+
+
+@pytest.mark.parametrize('script,usage', [
+    ('dist_train.sh', 'CONFIG GPUS'), ('dist_test.sh', 'CONFIG CHECKPOINT GPUS'),
+    ('slurm_train.sh', 'PARTITION JOB_NAME CONFIG [WORK_DIR]'),
+    ('slurm_test.sh', 'PARTITION JOB_NAME CONFIG CHECKPOINT')])
+def test_missing_arguments_print_the_usage(script, usage):
+    result = subprocess.run([str(REPO / 'tools' / script), 'only_one'], cwd=REPO,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert f'usage: {REPO / "tools" / script} {usage}' in result.stderr
 
 
 @pytest.fixture(scope='module')
@@ -82,6 +171,7 @@ randomness = dict(seed=0, deterministic=True)
 """)
 
 
+@pytest.mark.slow
 def test_classification_train_test_resume(digits, tmp_path):
     work = tmp_path / 'work'
     config = digits_config(tmp_path / 'cls.py', digits, epochs=1)
@@ -100,6 +190,7 @@ def test_classification_train_test_resume(digits, tmp_path):
     assert (work / 'epoch_2.pth').exists()
 
 
+@pytest.mark.slow
 def test_detection_train_test_resume(tmp_path):
     data = make_coco(tmp_path / 'coco', per_split=2)
     body = f"""
@@ -142,6 +233,7 @@ train_cfg = dict(max_epochs={{epochs}}, val_interval=1)
     assert 'resumed epoch: 1' in log and (work / 'epoch_2.pth').exists()
 
 
+@pytest.mark.slow
 def test_segmentation_train_test_resume(tmp_path):
     data = make_ade20k(tmp_path / 'ade', per_split=2)
     body = f"""
@@ -183,6 +275,7 @@ default_hooks = dict(checkpoint=dict(interval=2))
     assert 'resumed epoch: 0, iter: 2' in log and (work / 'iter_4.pth').exists()
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_ends_with_the_same_weights(digits, tmp_path):
     config = digits_config(tmp_path / 'cls.py', digits, epochs=3, random_crop=False,
                            train_images=96)
@@ -217,6 +310,7 @@ def test_sigkill_then_resume_ends_with_the_same_weights(digits, tmp_path):
                                    msg=key)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_ends_the_whole_job(digits, tmp_path):
     (tmp_path / 'failing_rank.py').write_text('''
 import os
