@@ -6,6 +6,7 @@ produce epoch by epoch. Dense configs are checked after inheritance from the
 toolboxes' bases.
 """
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,15 @@ def test_checkpoint_path_is_overridable_on_the_command_line():
     cfg.merge_from_dict({'model.backbone.init_cfg.checkpoint': 'elsewhere.pth'})
     assert cfg.model.backbone.init_cfg == dict(
         type='Pretrained', checkpoint='elsewhere.pth', prefix='backbone.')
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_name_follows_the_readme_scheme(name):
+    size = '(tiny|small|medium|large|huge)'
+    classification = rf'(soft|softnorm)_{size}_(imagenet|digits)\.py'
+    dense = (rf'(retinanet|mask-rcnn)_(soft|softnorm)-{size}_fpn_1x_coco\.py'
+             rf'|upernet_(soft|softnorm)-{size}_512x512_160k_ade20k\.py')
+    assert re.fullmatch(classification, name) or re.fullmatch(dense, name)
+    scheme = (CONFIG_DIR / 'README.md').read_text()
+    assert '{backbone}_{size}_{dataset}.py' in scheme
+    assert '{head}_{backbone}-{size}_{neck or crop}_{schedule}_{dataset}.py' in scheme
