@@ -47,7 +47,9 @@ def test_attention_count_follows_its_complexity():
     assert counter.total == expected
 
 
-@pytest.mark.parametrize('arch', ['tiny', 'small', 'medium', 'large', 'huge'])
+@pytest.mark.parametrize('arch', [
+    'tiny', *(pytest.param(a, marks=pytest.mark.slow)  # 10-25 s each on 2 cores
+              for a in ('small', 'medium', 'large', 'huge'))])
 def test_preset_flops_match_the_paper(arch):
     model = SOFT(arch=arch)
     counter = count_flops(model, torch.rand(1, 3, 224, 224))
