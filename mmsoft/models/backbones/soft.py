@@ -58,8 +58,13 @@ class SOFT(BaseModule):
             maps of the stages in ``out_indices``, for dense prediction.
             Defaults to ``'cls_token'``.
         out_indices (int | Sequence[int]): Stages (0-3, negatives count from
-            the end) whose maps ``'featmap'`` returns. Must be -1 or 3 with
-            ``'cls_token'``. Defaults to -1.
+            the end) whose maps ``'featmap'`` returns; stages after the last
+            one are not built (no unused parameters under DDP). Must be -1 or
+            3 with ``'cls_token'``. Stage k (0-3) maps an H x W input to
+            ``h_k x w_k`` with ``h_k = ceil(H / 2**(k + 2))`` (every stride-2,
+            padding-1 3x3 convolution rounds up), e.g. 511 x 511 gives 128,
+            64, 32, 16 and 800 x 1333 gives 200 x 334, 100 x 167, 50 x 84,
+            25 x 42. Defaults to -1.
         drop_rate (float): Dropout after adding position embeddings.
             Defaults to 0.
         drop_path_rate (float): Largest residual-branch drop rate, spread
