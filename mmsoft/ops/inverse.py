@@ -112,9 +112,10 @@ def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
     With ``P = a + reg * I``, ``alpha`` from :func:`newton_initial_scale` and
     ``V_0 = alpha * P``, it runs ``V <- 2V - V P V`` ``num_iters`` times (the
     iteration of the released SOFT models). For ``alpha < 2 / sigma_max^2``
-    it converges to the Moore-Penrose inverse and ``||P V P - P||`` decreases
-    monotonically. The forward builds no autograd graph; the backward is the
-    analytic gradient of a matrix inverse evaluated at the result,
+    it converges to the Moore-Penrose inverse and ``||P V P - P||``
+    (:func:`newton_residual` of ``P``) decreases monotonically. The forward
+    builds no autograd graph; the backward is the analytic gradient of a
+    matrix inverse evaluated at the result,
     ``dL/da = -V^T G V^T``. Cost: ``4 m^3`` multiply-adds per iteration.
 
     Args:
@@ -164,19 +165,29 @@ def solve_inverse(a: Tensor, reg: float = 0.01) -> Tensor:
     return torch.linalg.solve(p, eye.expand_as(p))
 
 
-def newton_residual(a: Tensor, v: Tensor, reg: float = 0.01) -> Tensor:
-    """Relative residual ``||P V P - P|| / ||P||`` of an inverse ``V`` of ``P``.
+def newton_residual(a: Tensor, v: Tensor) -> Tensor:
+    """Relative residual ``||A V A - A|| / ||A||`` of an approximate inverse.
+
+    Zero when ``V`` is a generalised inverse of ``A``; for the Newton iterates
+    of ``A`` it decreases monotonically. To judge :func:`newton_inverse`,
+    pass the matrix it inverts, ``A = a + reg * I``.
 
     Args:
-        a (Tensor): Matrices of shape ``(..., m, m)``.
+        a (Tensor): Matrices A of shape ``(..., m, m)``.
         v (Tensor): Their approximate inverses, same shape.
-        reg (float): The ridge used for ``P = a + reg * I``. Defaults to 0.01.
 
     Returns:
         Tensor: Frobenius-norm ratio per matrix, shape ``(...)``.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.ops import newton_residual
+        >>> a = torch.eye(2) * 4
+        >>> newton_residual(a, torch.eye(2) / 4)
+        tensor(0.)
     """
-    p = _regularised(a, reg)
-    return torch.linalg.matrix_norm(p @ v @ p - p) / torch.linalg.matrix_norm(p)
+    _check_square(a)
+    return torch.linalg.matrix_norm(a @ v @ a - a) / torch.linalg.matrix_norm(a)
 
 
 def _check_square(a: Tensor) -> None:

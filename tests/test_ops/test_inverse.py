@@ -25,8 +25,12 @@ def kernel_matrix(batch, m, d=32, seed=0, spread=0.5):
     return gaussian_kernel(landmarks, landmarks)
 
 
+def regularised(a, reg=0.01):
+    return a + reg * torch.eye(a.shape[-1], dtype=a.dtype)
+
+
 def exact(a, reg=0.01):
-    return torch.linalg.inv(a + reg * torch.eye(a.shape[-1], dtype=a.dtype))
+    return torch.linalg.inv(regularised(a, reg))
 
 
 def test_newton_matches_exact_inverse_on_spd_matrices():
@@ -41,13 +45,13 @@ def test_newton_matches_exact_inverse_on_kernel_matrices():
     ref = exact(a)
     rel = (v - ref).norm(dim=(-2, -1)) / ref.norm(dim=(-2, -1))
     assert rel.max() < 1e-4
-    assert newton_residual(a, v).max() < 1e-4
+    assert newton_residual(regularised(a), v).max() < 1e-4
 
 
 def test_newton_residual_decreases_monotonically():
     a = kernel_matrix(3, 49, spread=0.3).double()
     residuals = torch.stack(
-        [newton_residual(a, newton_iterate(a, t)) for t in range(0, 21)])
+        [newton_residual(regularised(a), newton_iterate(a, t)) for t in range(21)])
     converging = residuals[:-1] > 1e-12  # below that only rounding is left
     assert (residuals[1:] < residuals[:-1])[converging].all()
     assert (residuals[-1] < residuals[0] * 1e-3).all()
@@ -97,7 +101,7 @@ def test_eig_newton_is_the_same_function_converged_or_not(num_iters):
     a = kernel_matrix(4, 100, spread=0.25)  # ill-conditioned: 3-8 steps unconverged
     loop = newton_iterate(a, num_iters)
     eig = newton_iterate_eig(a, num_iters)
-    assert (newton_residual(a, loop) > 1e-2).any() or num_iters == 20
+    assert (newton_residual(regularised(a), loop) > 1e-2).any() or num_iters == 20
     rel = (eig - loop).norm(dim=(-2, -1)) / loop.norm(dim=(-2, -1))
     assert rel.max() < 1e-4
 
@@ -111,3 +115,14 @@ def test_eig_newton_gradcheck():
                               use_eig=True)
 
     assert torch.autograd.gradcheck(symmetric_inverse, (a,), eps=1e-6, atol=1e-5)
+
+
+def test_newton_residual_is_the_formula():
+    a = random_spd(3, 7)
+    v = torch.randn(3, 7, 7, dtype=torch.float64)
+    expected = (a @ v @ a - a).norm(dim=(-2, -1)) / a.norm(dim=(-2, -1))
+    torch.testing.assert_close(newton_residual(a, v), expected)
+    assert newton_residual(a, torch.linalg.inv(a)).max() < 1e-12
+    # A singular matrix and its pseudo-inverse: zero residual too.
+    singular = torch.diag_embed(torch.tensor([3.0, 0.0, 1.0], dtype=torch.float64))
+    assert newton_residual(singular, torch.linalg.pinv(singular)) < 1e-12

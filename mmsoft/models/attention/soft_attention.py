@@ -201,9 +201,12 @@ class SOFTAttention(BaseModule):
     def landmarks(self, q_map: Tensor) -> Tensor:
         """Landmark tokens from query maps.
 
-        A map smaller than ``sr_ratio`` on a side is zero-padded on its
-        bottom and right to ``sr_ratio`` so that it still yields one landmark.
-        Runs in the dtype of ``q_map`` (float32 or float64) under autocast.
+        The landmark grid is ``floor(H / r) x floor(W / r)``. A map smaller
+        than ``r`` on either side has no full ``r x r`` window, so the whole
+        map is pooled into a single landmark: ``'avgpool'`` takes its mean and
+        ``'conv'`` applies the convolution to the map adaptively average-pooled
+        to ``r x r``. Runs in the dtype of ``q_map`` (float32 or float64) under
+        autocast.
 
         Args:
             q_map (Tensor): Scaled queries as maps, (B * h, d, H, W).
@@ -213,12 +216,15 @@ class SOFTAttention(BaseModule):
         """
         r = self.sr_ratio
         height, width = q_map.shape[-2:]
-        if height < r or width < r:
-            q_map = F.pad(q_map, (0, max(0, r - width), 0, max(0, r - height)))
+        too_small = height < r or width < r
         with torch.autocast(device_type=q_map.device.type, enabled=False):
             if self.landmark == 'conv':
+                if too_small:
+                    q_map = F.adaptive_avg_pool2d(q_map, (r, r))
                 weight = self.landmark_conv.weight.to(q_map.dtype)
                 grid = F.conv2d(q_map, weight, stride=r)
+            elif too_small:
+                grid = F.adaptive_avg_pool2d(q_map, 1)
             else:
                 grid = F.avg_pool2d(q_map, r, r)
             if self.max_landmarks is not None:
@@ -305,7 +311,8 @@ class SOFTAttention(BaseModule):
         landmarks = self.landmarks(q_map.reshape(batch * h, d, *hw_shape))
         a2 = gaussian_kernel(landmarks, landmarks)
         inverse = bottleneck_inverse(a2, self.method, self.num_iters, self.reg)
-        return newton_residual(a2, inverse, self.reg).view(batch, h)
+        eye = torch.eye(a2.shape[-1], dtype=a2.dtype, device=a2.device)
+        return newton_residual(a2 + self.reg * eye, inverse).view(batch, h)
 
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:

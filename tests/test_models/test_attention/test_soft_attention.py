@@ -114,15 +114,31 @@ def test_no_batch_coupling():
                                    rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('hw', [(7, 9), (15, 17), (3, 2), (4, 4)])
+@pytest.mark.parametrize('hw', [(7, 9), (15, 17), (3, 2), (4, 4), (3, 13), (1, 1)])
 def test_odd_sizes_and_a_single_landmark(hw):
     attn = make(sr_ratio=4)
     x = tokens(batch=1, height=hw[0], width=hw[1])
     out = attn(x, hw)
     assert out.shape == x.shape and torch.isfinite(out).all()
     q_map = torch.rand(2, 16, *hw)
-    expected = max(1, hw[0] // 4) * max(1, hw[1] // 4)
+    too_small = hw[0] < 4 or hw[1] < 4
+    expected = 1 if too_small else (hw[0] // 4) * (hw[1] // 4)
     assert attn.landmarks(q_map).shape == (2, expected, 16)
+
+
+def test_a_map_smaller_than_the_ratio_is_pooled_whole():
+    q_map = torch.rand(2, 16, 3, 13, dtype=torch.float64)
+    pooled = make(sr_ratio=4, landmark='avgpool').landmarks(q_map)
+    torch.testing.assert_close(pooled, q_map.mean((-2, -1))[:, None])
+    attn = make(sr_ratio=4).double()
+    resampled = F.adaptive_avg_pool2d(q_map, (4, 4))
+    expected = F.conv2d(resampled, attn.landmark_conv.weight, stride=4)
+    expected = F.gelu(attn.landmark_norm(expected.flatten(2).transpose(1, 2)))
+    torch.testing.assert_close(attn.landmarks(q_map), expected)
+    # Every position of the map contributes to the single landmark.
+    q_map.requires_grad_()
+    attn.landmarks(q_map).sum().backward()
+    assert (q_map.grad != 0).all()
 
 
 def test_landmark_cap_keeps_aspect_and_bound():
