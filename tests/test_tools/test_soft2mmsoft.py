@@ -1,4 +1,5 @@
 """Released checkpoints convert to mmsoft and give the released model's logits."""
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,21 @@ TOOL = REPO / 'tools' / 'model_converters' / 'soft2mmsoft.py'
 
 
 def run_tool(*args):
+    """The tool as a user runs it, in a fresh interpreter."""
     return subprocess.run([sys.executable, str(TOOL), *map(str, args)],
                           capture_output=True, text=True, timeout=300)
+
+
+def call_tool(*args):
+    """The tool's ``main`` in this process: (exit status, error message)."""
+    spec = importlib.util.spec_from_file_location('soft2mmsoft', TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    try:
+        tool.main([str(a) for a in args])
+    except SystemExit as stop:
+        return 1, str(stop.code)
+    return 0, ''
 
 
 def classifier():
@@ -38,24 +52,36 @@ def released(tmp_path_factory):
     return path, weights, ema
 
 
-@pytest.mark.parametrize('use_ema', [False, True])
-def test_converted_checkpoint_reproduces_released_logits(released, tmp_path,
-                                                         use_ema):
-    path, weights, ema = released
+def test_converted_checkpoint_reproduces_released_logits(released, tmp_path):
+    path, weights, _ = released
     out = tmp_path / 'converted.pth'
-    result = run_tool(path, out, *(['--ema'] if use_ema else []))
+    result = run_tool(path, out)
     assert result.returncode == 0, result.stderr
     model = classifier()
     model.load_state_dict(torch.load(out, weights_only=True)['state_dict'],
                           strict=True)
-    reference = ema if use_ema else weights
     for size in ((224, 224), (160, 192)):
         img = torch.randn(2, 3, *size)
         with torch.no_grad():
             ours = model(img, mode='tensor')
-        expected = official_forward(reference, img)
+        expected = official_forward(weights, img)
         rel = (ours - expected).norm() / expected.norm()
         assert rel < 1e-4, (size, rel)
+
+
+def test_ema_flag_picks_the_ema_weights(released, tmp_path):
+    path, _, ema = released
+    out = tmp_path / 'converted_ema.pth'
+    status, message = call_tool(path, out, '--ema')
+    assert status == 0, message
+    checkpoint = torch.load(out, weights_only=True)
+    converted = checkpoint['state_dict']
+    classifier().load_state_dict(converted, strict=True)
+    torch.testing.assert_close(converted['backbone.cls_token'], ema['cls_token'])
+    torch.testing.assert_close(converted['head.fc.weight'], ema['head.weight'])
+    torch.testing.assert_close(
+        converted['backbone.stages.2.1.attn.landmark_conv.weight'],
+        ema['block3.1.att.mha.attn.Qlandmark_op.weight'])
 
 
 def test_bare_state_dict_and_model_key_are_accepted(tmp_path):
@@ -63,7 +89,7 @@ def test_bare_state_dict_and_model_key_are_accepted(tmp_path):
     for name, payload in (('bare', weights), ('model', dict(model=weights))):
         src, dst = tmp_path / f'{name}.pth', tmp_path / f'{name}_out.pth'
         torch.save(payload, src)
-        assert run_tool(src, dst).returncode == 0
+        assert call_tool(src, dst) == (0, '')
         converted = torch.load(dst, weights_only=True)['state_dict']
         assert 'backbone.stages.2.2.attn.landmark_conv.weight' in converted
         assert 'head.fc.weight' in converted
@@ -74,14 +100,34 @@ def test_unmapped_keys_stop_the_tool(tmp_path):
     weights['block1.0.att.mha.attn.mystery'] = torch.zeros(1)
     src, dst = tmp_path / 'odd.pth', tmp_path / 'odd_out.pth'
     torch.save(weights, src)
-    result = run_tool(src, dst)
-    assert result.returncode != 0
-    assert 'block1.0.att.mha.attn.mystery' in result.stderr
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert 'block1.0.att.mha.attn.mystery' in message
     assert not dst.exists()
 
 
 def test_missing_ema_is_explained(tmp_path):
     src = tmp_path / 'no_ema.pth'
     torch.save(dict(state_dict=official_state_dict(seed=5)), src)
-    result = run_tool(src, tmp_path / 'x.pth', '--ema')
-    assert result.returncode != 0 and 'no state_dict_ema' in result.stderr
+    status, message = call_tool(src, tmp_path / 'x.pth', '--ema')
+    assert status != 0 and 'no state_dict_ema' in message
+
+
+@pytest.mark.parametrize('size', [(224, 224), (96, 128), (33, 65)])
+def test_small_custom_arch_matches_the_released_forward(size):
+    from mmsoft.models.utils.ckpt_convert import convert_soft_state_dict
+    arch = dict(embed_dims=[16, 32, 48, 64], num_heads=[1, 2, 3, 4],
+                depths=[1, 1, 2, 1])
+    weights = official_state_dict(arch=arch, num_classes=10, seed=6)
+    converted, leftovers = convert_soft_state_dict(weights, with_head=True)
+    assert leftovers == []
+    init_default_scope('mmpretrain')
+    model = MODELS.build(dict(
+        type='ImageClassifier', backbone=dict(type='SOFT', arch=arch),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=64))).eval()
+    model.load_state_dict(converted, strict=True)
+    img = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        ours = model(img, mode='tensor')
+    expected = official_forward(weights, img, arch=arch)
+    assert (ours - expected).norm() / expected.norm() < 1e-4
