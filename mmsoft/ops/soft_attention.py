@@ -35,7 +35,7 @@ def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
         a2 (Tensor): Landmark kernel ``k(K~, K~)`` of shape (B, m, m).
         method (str): ``'newton'`` (the released models' iteration),
             ``'newton_eig'`` (the same iterate from one eigendecomposition,
-            faster for many landmarks) or ``'solve'`` (exact inverse of
+            fewer multiply-adds for many landmarks) or ``'solve'`` (exact inverse of
             ``a2 + reg * I``, a different function where Newton has not
             converged). Defaults to ``'newton'``.
         num_iters (int): Newton iterations. Defaults to 20.

@@ -105,9 +105,10 @@ class SOFTAttention(BaseModule):
             small inputs). Defaults to ``'lowrank'``.
         method (str): Inverse of the landmark kernel: ``'newton'`` (the
             released models' iteration), ``'newton_eig'`` (the same iterate
-            from one eigendecomposition: much faster at detection sizes, where
-            m reaches ~1000) or ``'solve'`` (exact inverse of ``A2 + reg I``;
-            a different function where 20 Newton steps have not converged).
+            from one eigendecomposition: fewer multiply-adds at detection
+            sizes, where m reaches ~1000; time it on the target hardware) or
+            ``'solve'`` (exact inverse of ``A2 + reg I``; a different function
+            where 20 Newton steps have not converged).
             Defaults to ``'newton'``.
         num_iters (int): Newton iterations. Defaults to 20.
         reg (float): Ridge added to ``A2``'s diagonal. Defaults to 0.01.
