@@ -30,5 +30,5 @@ def test_benchmark_writes_csv_plot_and_summary(tmp_path):
 
 def test_benchmark_measures_memory(tmp_path):
     rows = run_benchmark(tmp_path, '--sizes', '128', '--variants', 'soft-chunked',
-                         '--memory')
+                         '--memory', '--threads', '1')
     assert len(rows) == 1 and float(rows[0]['fwd_bwd_mib']) >= 0

@@ -17,6 +17,9 @@ Peak memory (--memory):
 on CUDA torch.cuda.max_memory_allocated; on CPU (Linux) the rise of the peak
 resident set size of a fresh process over the same call (so it includes
 allocator overhead). The machine's fp32 matmul peak (GFLOP/s) is measured first.
+On a CPU shared with other jobs use --threads 1: with more threads than free
+cores, OpenMP barriers wait on descheduled threads and single calls take 10-100x
+longer at random (measured: 0.03 s vs 2 s for the same call).
 Writes benchmark.csv and benchmark.png to --out-dir and prints a table.
 
 Examples:
@@ -73,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--memory', action='store_true',
                         help='also measure peak memory (slower on CPU)')
     parser.add_argument('--device', default='cpu')
+    parser.add_argument('--threads', type=int,
+                        help="CPU threads (torch.set_num_threads); torch's default "
+                        'when not given')
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
     parser.add_argument('--measure-one', help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -141,7 +147,8 @@ def peak_memory(spec: dict, backward: bool, device: str) -> float:
         base = torch.cuda.memory_allocated()
         run(backward)
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    payload = json.dumps(dict(spec=spec, backward=backward))
+    payload = json.dumps(dict(spec=spec, backward=backward,
+                              threads=torch.get_num_threads()))
     result = subprocess.run([sys.executable, __file__, '--measure-one', payload],
                             capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
@@ -164,6 +171,7 @@ def measure_one(payload: str) -> None:
     ``clear_refs``), so only the call itself counts.
     """
     args = json.loads(payload)
+    torch.set_num_threads(args['threads'])
     run = build_case(args['spec'], 'cpu')
     before = _status_kib('VmRSS')
     with open('/proc/self/clear_refs', 'w') as f:
@@ -339,6 +347,10 @@ def main(argv=None) -> None:
     if args.measure_one:
         measure_one(args.measure_one)
         return
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f'--threads must be >= 1, got {args.threads}.')
+        torch.set_num_threads(args.threads)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     peak = matmul_peak(args.device)
