@@ -8,13 +8,12 @@ The config's ``default_scope`` decides the toolbox. Examples:
 """
 import argparse
 import os
-import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
-from mmsoft.apis import init_cpu_distributed, prepare_config
+from mmsoft.apis import init_cpu_distributed, load_config, prepare_config
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,12 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> Runner:
     """Run the training; returns the Runner that ran it."""
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.launcher = args.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args.config, args.cfg_options, args.launcher, args.work_dir)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume:

@@ -1,4 +1,4 @@
 """Helpers for the training and test entry points."""
-from .launch import init_cpu_distributed, prepare_config
+from .launch import init_cpu_distributed, load_config, prepare_config
 
-__all__ = ['prepare_config', 'init_cpu_distributed']
+__all__ = ['load_config', 'prepare_config', 'init_cpu_distributed']

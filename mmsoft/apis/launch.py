@@ -1,6 +1,7 @@
 """Adapt a config to the machine it runs on (GPU or CPU, AMP or not)."""
 import os
-from typing import Any
+import os.path as osp
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -20,6 +21,30 @@ def _replace_sync_bn(node: Any) -> int:
     elif isinstance(node, (list, tuple)):
         count += sum(_replace_sync_bn(value) for value in node)
     return count
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None,
+                launcher: str = 'none', work_dir: Optional[str] = None) -> Config:
+    """Read a config the way the entry points do.
+
+    Args:
+        path (str): Config file.
+        cfg_options (dict, optional): ``--cfg-options`` overrides.
+            Defaults to None.
+        launcher (str): Job launcher. Defaults to ``'none'``.
+        work_dir (str, optional): Work dir; else the config's, else
+            ``work_dirs/<config name>``. Defaults to None.
+
+    Returns:
+        Config: The config with ``launcher`` and ``work_dir`` set.
+    """
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    cfg.launcher = launcher
+    cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(path))[0])
+    return cfg
 
 
 def prepare_config(cfg: Config, amp: bool = False) -> Config:
