@@ -3,11 +3,34 @@ import torch
 from torch import Tensor
 
 
+def half_neg_squared_distance(x: Tensor, y: Tensor) -> Tensor:
+    """``-||x_i - y_j||^2 / 2`` from one matmul of augmented points.
+
+    ``[x, -|x|^2/2, 1] . [y, 1, -|y|^2/2] = x.y - |x|^2/2 - |y|^2/2``, so the
+    whole ``N x M`` result is written once, by the matmul, with no
+    broadcast additions over it. Not clamped: rounding can make entries
+    slightly positive.
+
+    Args:
+        x (Tensor): Points of shape ``(..., N, d)``.
+        y (Tensor): Points of shape ``(..., M, d)``.
+
+    Returns:
+        Tensor: Shape ``(..., N, M)``.
+    """
+    x_sq = x.pow(2).sum(-1, keepdim=True).mul(-0.5)
+    y_sq = y.pow(2).sum(-1, keepdim=True).mul(-0.5)
+    x_aug = torch.cat([x, x_sq, torch.ones_like(x_sq)], dim=-1)
+    y_aug = torch.cat([y, torch.ones_like(y_sq), y_sq], dim=-1)
+    return x_aug @ y_aug.transpose(-2, -1)
+
+
 def squared_distance(x: Tensor, y: Tensor) -> Tensor:
     """Pairwise squared Euclidean distances ``||x_i - y_j||^2``.
 
-    Computed as ``||x||^2 + ||y||^2 - 2 x.y`` with one batched matmul and
-    clamped at zero (rounding can make the expansion slightly negative).
+    The expansion ``||x||^2 + ||y||^2 - 2 x.y`` (one matmul, see
+    :func:`half_neg_squared_distance`), clamped at zero where rounding makes
+    it slightly negative.
 
     Args:
         x (Tensor): Points of shape ``(..., N, d)``.
@@ -16,16 +39,16 @@ def squared_distance(x: Tensor, y: Tensor) -> Tensor:
     Returns:
         Tensor: Distances of shape ``(..., N, M)``.
     """
-    x_sq = x.pow(2).sum(-1, keepdim=True)
-    y_sq = y.pow(2).sum(-1).unsqueeze(-2)
-    return torch.clamp_min(x_sq + y_sq - 2 * (x @ y.transpose(-2, -1)), 0)
+    return half_neg_squared_distance(x, y).mul(-2).clamp_min(0)
 
 
 def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
     """Gaussian kernel ``exp(-||x_i - y_j||^2 / 2)`` between two point sets.
 
     SOFT scales queries by ``d ** -0.25`` before calling this, which gives the
-    paper's ``exp(-||q_i - k_j||^2 / (2 sqrt(d)))``.
+    paper's ``exp(-||q_i - k_j||^2 / (2 sqrt(d)))``. Without autograd the
+    clamp and the exponential run in place on the matmul's result, so an
+    ``N x M`` kernel costs one matmul and two passes over memory.
 
     Args:
         x (Tensor): Points of shape ``(..., N, d)``.
@@ -42,4 +65,7 @@ def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
         tensor([[[1., 1.],
                  [1., 1.]]])
     """
-    return torch.exp(-0.5 * squared_distance(x, y))
+    exponent = half_neg_squared_distance(x, y)
+    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+        return exponent.clamp_max(0).exp()
+    return exponent.clamp_max_(0).exp_()

@@ -31,6 +31,20 @@ def test_gaussian_kernel_is_the_formula():
                                               dim2=-1), torch.ones(3, 20))
 
 
+def test_gaussian_kernel_with_autograd_is_the_same_function():
+    x, y, _ = (t.double() for t in inputs(n=20, m=7))
+    x.requires_grad_()
+    out = gaussian_kernel(x, y)
+    expected = torch.exp(-torch.cdist(x, y) ** 2 / 2)
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn_like(out)
+    (ours,) = torch.autograd.grad(out, x, grad)
+    (ref,) = torch.autograd.grad(expected, x, grad)
+    torch.testing.assert_close(ours, ref)
+    with torch.no_grad():  # in place on the matmul's result
+        torch.testing.assert_close(gaussian_kernel(x, y), expected.detach())
+
+
 def test_lowrank_is_the_spec_formula():
     q, k, v = (t.double() for t in inputs())
     a1 = torch.exp(-torch.cdist(q, k) ** 2 / 2)
