@@ -1,13 +1,22 @@
 """Numerics of SOFT: pure torch, no OpenMMLab imports."""
-from .gaussian_kernel import gaussian_kernel, squared_distance
+from .gaussian_kernel import (
+    gaussian_kernel,
+    half_neg_squared_distance,
+    squared_distance,
+)
 from .inverse import (
+    newton_apply,
     newton_inverse,
     newton_iterate,
     newton_iterate_eig,
     newton_residual,
+    prefers_eig,
+    solve_apply,
     solve_inverse,
 )
 from .soft_attention import (
+    METHODS,
+    bottleneck_apply,
     bottleneck_inverse,
     exact_gaussian_attention,
     soft_lowrank_attention,
@@ -15,7 +24,9 @@ from .soft_attention import (
 )
 
 __all__ = [
-    'gaussian_kernel', 'squared_distance', 'newton_inverse', 'newton_iterate',
-    'newton_iterate_eig', 'newton_residual', 'solve_inverse', 'bottleneck_inverse',
-    'soft_lowrank_attention', 'soft_reference_attention', 'exact_gaussian_attention'
+    'gaussian_kernel', 'half_neg_squared_distance', 'squared_distance',
+    'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',
+    'newton_residual', 'prefers_eig', 'solve_apply', 'solve_inverse', 'METHODS',
+    'bottleneck_apply', 'bottleneck_inverse', 'soft_lowrank_attention',
+    'soft_reference_attention', 'exact_gaussian_attention'
 ]

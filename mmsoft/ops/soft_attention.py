@@ -5,7 +5,8 @@ Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
 ``d ** -0.25`` by the caller. Three evaluations of the same function:
 
 - :func:`soft_lowrank_attention`: ``A1 @ (P @ (A1^T @ V))`` with
-  ``A1 = k(Q, K~)`` (N x m) and ``P`` the inverse of ``A2 = k(K~, K~)``;
+  ``A1 = k(Q, K~)`` (N x m) and ``P`` the inverse of ``A2 = k(K~, K~)``
+  applied to the m x dv matrix ``A1^T @ V`` (:func:`bottleneck_apply`);
   time ``O(N m d + T m^3)``, memory ``O(N m)``. Above ``chunk_size`` tokens it
   runs chunk by chunk under activation checkpointing, so no N x m matrix is
   ever held whole and the backward recomputes the chunks it needs.
@@ -22,41 +23,55 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .gaussian_kernel import gaussian_kernel
-from .inverse import newton_inverse, solve_inverse
+from .inverse import newton_apply, solve_apply
 
-METHODS = ('newton', 'newton_eig', 'solve')
+METHODS = ('newton', 'newton_loop', 'newton_eig', 'solve')
+_USE_EIG = {'newton': None, 'newton_loop': False, 'newton_eig': True}
+
+
+def bottleneck_apply(a2: Tensor, rhs: Tensor, method: str = 'newton',
+                     num_iters: int = 20, reg: float = 0.01,
+                     normalize: bool = False) -> Tensor:
+    """The ``m x m`` middle factor ``P`` of the low-rank kernel times ``rhs``.
+
+    Args:
+        a2 (Tensor): Landmark kernel ``k(K~, K~)`` of shape (B, m, m).
+        rhs (Tensor): Shape (B, m, k).
+        method (str): ``'newton'`` (the released models' iterate, evaluated
+            by whichever of the next two is faster for ``m`` and the device),
+            ``'newton_loop'`` (the iteration itself), ``'newton_eig'`` (the
+            same iterate from one eigendecomposition) or ``'solve'`` (exact
+            inverse of ``a2 + reg * I``, a different function where Newton
+            has not converged). Defaults to ``'newton'``.
+        num_iters (int): Newton iterations. Defaults to 20.
+        reg (float): Ridge on the diagonal. Defaults to 0.01.
+        normalize (bool): SOFT-Norm: ``P = D^-1/2 pinv(A2) D^-1/2`` with
+            ``D = diag(A2 1)``. Defaults to False.
+
+    Returns:
+        Tensor: ``P @ rhs``, shape (B, m, k).
+    """
+    if normalize:
+        d_inv_sqrt = a2.sum(-1).rsqrt().unsqueeze(-1)
+        rhs = d_inv_sqrt * rhs
+    if method in _USE_EIG:
+        out = newton_apply(a2, rhs, num_iters=num_iters, reg=reg,
+                           use_eig=_USE_EIG[method])
+    elif method == 'solve':
+        out = solve_apply(a2, rhs, reg=reg)
+    else:
+        raise ValueError(f'Unknown inverse method {method!r}; use one of {METHODS}.')
+    return d_inv_sqrt * out if normalize else out
 
 
 def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
                        reg: float = 0.01, normalize: bool = False) -> Tensor:
-    """The ``m x m`` middle factor ``P`` of the low-rank kernel.
+    """The ``m x m`` middle factor ``P`` itself: :func:`bottleneck_apply` to ``I``.
 
-    Args:
-        a2 (Tensor): Landmark kernel ``k(K~, K~)`` of shape (B, m, m).
-        method (str): ``'newton'`` (the released models' iteration),
-            ``'newton_eig'`` (the same iterate from one eigendecomposition,
-            fewer multiply-adds for many landmarks) or ``'solve'`` (exact inverse of
-            ``a2 + reg * I``, a different function where Newton has not
-            converged). Defaults to ``'newton'``.
-        num_iters (int): Newton iterations. Defaults to 20.
-        reg (float): Ridge on the diagonal. Defaults to 0.01.
-        normalize (bool): SOFT-Norm: return ``D^-1/2 pinv(A2) D^-1/2`` with
-            ``D = diag(A2 1)``. Defaults to False.
-
-    Returns:
-        Tensor: Shape (B, m, m).
+    Same arguments (without ``rhs``); shape (B, m, m).
     """
-    if method in ('newton', 'newton_eig'):
-        inv = newton_inverse(a2, num_iters=num_iters, reg=reg,
-                             use_eig=method == 'newton_eig')
-    elif method == 'solve':
-        inv = solve_inverse(a2, reg=reg)
-    else:
-        raise ValueError(f'Unknown inverse method {method!r}; use one of {METHODS}.')
-    if normalize:
-        d_inv_sqrt = a2.sum(-1).rsqrt()
-        inv = inv * d_inv_sqrt.unsqueeze(-1) * d_inv_sqrt.unsqueeze(-2)
-    return inv
+    eye = torch.eye(a2.shape[-1], dtype=a2.dtype, device=a2.device)
+    return bottleneck_apply(a2, eye.expand_as(a2), method, num_iters, reg, normalize)
 
 
 def _at_least_float32(*tensors: Tensor) -> tuple:
@@ -102,19 +117,19 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newto
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _at_least_float32(q, k, v)
-        p = bottleneck_inverse(gaussian_kernel(k, k), method, num_iters, reg,
-                               normalize)
+        a2 = gaussian_kernel(k, k)
         n = q.shape[-2]
         if chunk_size is None or chunk_size >= n:
             a1 = gaussian_kernel(q, k)
-            out = a1 @ (p @ (a1.transpose(-2, -1) @ v))
+            u = a1.transpose(-2, -1) @ v
+            out = a1 @ bottleneck_apply(a2, u, method, num_iters, reg, normalize)
         else:
             if chunk_size < 1:
                 raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
             starts = range(0, n, chunk_size)
             u = sum(_checkpointed(_project, q[:, s:s + chunk_size], k,
                                   v[:, s:s + chunk_size]) for s in starts)
-            w = p @ u
+            w = bottleneck_apply(a2, u, method, num_iters, reg, normalize)
             out = torch.cat([_checkpointed(_expand, q[:, s:s + chunk_size], k, w)
                              for s in starts], dim=1)
     return out.to(out_dtype)
@@ -143,11 +158,13 @@ def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'new
 
     Squared distances are formed with products against ones matrices and the
     factors are multiplied left to right, ``(A1 @ P) @ (A1^T @ V)``, as a
-    direct transcription of the formula does. Same arguments and result.
+    direct transcription of the formula does, and ``'newton'`` runs the
+    iteration loop. Same arguments and result.
     """
     out_dtype = v.dtype
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _at_least_float32(q, k, v)
+        method = 'newton_loop' if method == 'newton' else method
         p = bottleneck_inverse(_kernel_with_ones(k, k), method, num_iters, reg,
                                normalize)
         a1 = _kernel_with_ones(q, k)

@@ -9,6 +9,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmsoft.ops import (
+    METHODS,
     bottleneck_inverse,
     exact_gaussian_attention,
     gaussian_kernel,
@@ -20,7 +21,6 @@ from mmsoft.registry import register_model
 
 LANDMARKS = ('conv', 'avgpool')
 MODES = ('lowrank', 'exact')
-METHODS = ('newton', 'newton_eig', 'solve')
 IMPLS = ('fast', 'reference')
 AUTO_CHUNK_ELEMENTS = 1 << 26  # chunk when one N x m kernel exceeds 256 MiB fp32
 
@@ -104,11 +104,11 @@ class SOFTAttention(BaseModule):
             low-rank product approximates; quadratic memory, for tests and
             small inputs). Defaults to ``'lowrank'``.
         method (str): Inverse of the landmark kernel: ``'newton'`` (the
-            released models' iteration), ``'newton_eig'`` (the same iterate
-            from one eigendecomposition: fewer multiply-adds at detection
-            sizes, where m reaches ~1000; time it on the target hardware) or
+            released models' Newton iterate, by the loop or, on CPU from
+            96 landmarks, from one eigendecomposition, whichever is faster),
+            ``'newton_loop'`` or ``'newton_eig'`` (force one of the two) or
             ``'solve'`` (exact inverse of ``A2 + reg I``; a different function
-            where 20 Newton steps have not converged).
+            where 20 Newton steps have not converged, as at detection sizes).
             Defaults to ``'newton'``.
         num_iters (int): Newton iterations. Defaults to 20.
         reg (float): Ridge added to ``A2``'s diagonal. Defaults to 0.01.
