@@ -3,11 +3,27 @@ import torch
 from torch import Tensor
 
 
-def half_neg_squared_distance(x: Tensor, y: Tensor) -> Tensor:
-    """``-||x_i - y_j||^2 / 2`` from one matmul of augmented points.
+def augmented_points(x: Tensor, y: Tensor) -> tuple:
+    """``[x, -|x|^2/2, 1]`` and ``[y, 1, -|y|^2/2]``, whose products are
+    ``x.y - |x|^2/2 - |y|^2/2 = -||x - y||^2 / 2``.
 
-    ``[x, -|x|^2/2, 1] . [y, 1, -|y|^2/2] = x.y - |x|^2/2 - |y|^2/2``, so the
-    whole ``N x M`` result is written once, by the matmul, with no
+    Args:
+        x (Tensor): Points of shape ``(..., N, d)``.
+        y (Tensor): Points of shape ``(..., M, d)``.
+
+    Returns:
+        tuple[Tensor, Tensor]: Shapes ``(..., N, d + 2)`` and ``(..., M, d + 2)``.
+    """
+    x_sq = x.pow(2).sum(-1, keepdim=True).mul(-0.5)
+    y_sq = y.pow(2).sum(-1, keepdim=True).mul(-0.5)
+    return (torch.cat([x, x_sq, torch.ones_like(x_sq)], dim=-1),
+            torch.cat([y, torch.ones_like(y_sq), y_sq], dim=-1))
+
+
+def half_neg_squared_distance(x: Tensor, y: Tensor) -> Tensor:
+    """``-||x_i - y_j||^2 / 2`` from one matmul of :func:`augmented_points`.
+
+    The whole ``N x M`` result is written once, by the matmul, with no
     broadcast additions over it. Not clamped: rounding can make entries
     slightly positive.
 
@@ -18,10 +34,7 @@ def half_neg_squared_distance(x: Tensor, y: Tensor) -> Tensor:
     Returns:
         Tensor: Shape ``(..., N, M)``.
     """
-    x_sq = x.pow(2).sum(-1, keepdim=True).mul(-0.5)
-    y_sq = y.pow(2).sum(-1, keepdim=True).mul(-0.5)
-    x_aug = torch.cat([x, x_sq, torch.ones_like(x_sq)], dim=-1)
-    y_aug = torch.cat([y, torch.ones_like(y_sq), y_sq], dim=-1)
+    x_aug, y_aug = augmented_points(x, y)
     return x_aug @ y_aug.transpose(-2, -1)
 
 

@@ -90,9 +90,9 @@ def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Ten
 def _newton_eig_factors(a: Tensor, num_iters: int, reg: float) -> tuple:
     """``(U, v_T)`` with ``V_T = U diag(v_T) U^T``; see :func:`newton_iterate_eig`."""
     with torch.no_grad(), region('newton'):
-        p = _regularised(a, reg)
-        p = (p + p.transpose(-2, -1)) / 2
-        eigvals, eigvecs = torch.linalg.eigh(p)
+        # eigh reads the lower triangle; a + reg I shifts the eigenvalues.
+        eigvals, eigvecs = torch.linalg.eigh(a)
+        eigvals = eigvals + reg
         v = newton_initial_scale(a).squeeze(-1) * eigvals
         for _ in range(num_iters):
             v = 2 * v - eigvals * v * v

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+import mmsoft.ops.soft_attention as soft_attention_ops
 from mmsoft.ops import (
     bottleneck_inverse,
     exact_gaussian_attention,
@@ -92,6 +93,22 @@ def test_chunked_equals_plain_values_and_grads(chunk_size):
     torch.testing.assert_close(chunked, plain, rtol=1e-5, atol=1e-5)
     for ours, ref in zip(grads_chunked, grads_plain):
         torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('tile_elements', [1, 12 * 3 * 7, 10**9])
+def test_tiles_without_autograd_equal_the_autograd_path(monkeypatch, tile_elements):
+    # 1 row per tile, 7 rows (150 = 21 * 7 + 3: a short last tile), one tile.
+    monkeypatch.setattr(soft_attention_ops, 'TILE_ELEMENTS', tile_elements)
+    q, k, v = inputs()
+    for normalize in (False, True):
+        with torch.no_grad():
+            tiled = soft_lowrank_attention(q, k, v, normalize=normalize)
+        graph = soft_lowrank_attention(q.requires_grad_(), k, v, normalize=normalize)
+        q.requires_grad_(False)
+        assert graph.grad_fn is not None and tiled.grad_fn is None
+        torch.testing.assert_close(tiled, graph.detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(tiled, soft_reference_attention(
+            q, k, v, normalize=normalize), rtol=1e-4, atol=1e-5)
 
 
 def test_lowrank_with_all_tokens_as_landmarks_is_nearly_exact():
