@@ -1,8 +1,11 @@
 """tools/analysis/benchmark.py runs its smallest configurations end to end."""
 import csv
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,3 +35,35 @@ def test_benchmark_measures_memory(tmp_path):
     rows = run_benchmark(tmp_path, '--sizes', '128', '--variants', 'soft-chunked',
                          '--memory', '--threads', '1')
     assert len(rows) == 1 and float(rows[0]['fwd_bwd_mib']) >= 0
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location(
+        'benchmark_tool', REPO / 'tools/analysis/benchmark.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_detection_deviation_is_relative_to_the_default_variant():
+    tool = load_tool()
+    group = [dict(variant='pvt-tiny'), dict(variant=tool.DEFAULT_DETECTION),
+             dict(variant='soft-tiny solve')]
+    ref = [torch.ones(2, 3), torch.full((4, ), 2.0)]  # norm sqrt(6 + 16)
+    other = [torch.ones(2, 3), torch.full((4, ), 2.5)]  # differs by sqrt(4 / 4)
+    deviations = tool.detection_deviations(group, [None, ref, other])
+    assert deviations[0] is None and deviations[1] == 0
+    assert abs(deviations[2] - 1 / 22**0.5) < 1e-12
+
+
+def test_backbone_suite_pairs_each_size_with_its_reference():
+    tool = load_tool()
+    args = tool.parse_args(['--suite', 'backbone', '--archs', 'tiny', 'small'])
+    specs = tool.backbone_specs(args)
+    assert [s['variant'] for s in specs] == [
+        'tiny soft', 'tiny soft-reference', 'small soft', 'small soft-reference']
+    rows = [dict(kind='backbone', variant=s['variant'], size=224, forward_img_s=f,
+                 fwd_bwd_img_s=f / 3) for s, f in zip(specs, (30.0, 20.0, 15.0, 12.0))]
+    summary = '\n'.join(tool.summarise(rows, 100.0))
+    assert 'SOFT-tiny 224 batch: forward 30.0 img/s (1.50x reference)' in summary
+    assert 'SOFT-small 224 batch: forward 15.0 img/s (1.25x reference)' in summary

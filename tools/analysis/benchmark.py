@@ -3,19 +3,23 @@
 Suites (--suite):
   attention  one stage-1 attention layer (C=64, 2 heads, r=8) alone, for image
              sizes --sizes (tokens N = (size/4)^2): SOFT fast, reference,
-             chunked, landmark-capped and Newton-by-eigendecomposition paths,
+             chunked, landmark-capped and Newton-loop paths,
              and the peers (softmax SDPA, spatial reduction, Performer,
              Nystromformer); quadratic ones only up to --max-quadratic-tokens.
-  backbone   SOFT-Tiny at 224 x 224, batch --batch: fast vs reference path,
-             forward and forward+backward throughput (images/s).
-  detection  one 800 x 1344 image through the SOFT-Tiny backbone (faithful
-             Newton, Newton by eigendecomposition, landmark cap, exact solve)
-             and mmdet's PVT-Tiny backbone, forward only.
+  backbone   SOFT backbones (--archs, default tiny) at 224 x 224, batch
+             --batch: fast vs reference path, forward and forward+backward
+             throughput (images/s).
+  detection  one 800 x 1344 image through the SOFT-Tiny backbone (the
+             faithful Newton iterate as evaluated by default and by the
+             plain loop, landmark cap, exact solve) and mmdet's PVT-Tiny
+             backbone, forward only; each SOFT variant's relative deviation
+             from the default's outputs is reported beside its time.
 Times are medians of --repeats runs after one warm-up; the cases of a suite
 and size run round-robin, so they share any load of the machine alike.
 Peak memory (--memory):
 on CUDA torch.cuda.max_memory_allocated; on CPU (Linux) the rise of the peak
-resident set size of a fresh process over the same call (so it includes
+resident set size of a fresh process over the same call, with glibc's mmap
+threshold fixed so that freed buffers are returned (it still includes
 allocator overhead). The machine's fp32 matmul peak (GFLOP/s) is measured first.
 On a CPU shared with other jobs use --threads 1: with more threads than free
 cores, OpenMP barriers wait on descheduled threads and single calls take 10-100x
@@ -25,6 +29,7 @@ Writes benchmark.csv and benchmark.png to --out-dir and prints a table.
 Examples:
   python tools/analysis/benchmark.py --suite attention --sizes 224 512 1024 --memory
   python tools/analysis/benchmark.py --suite backbone --batch 16
+  python tools/analysis/benchmark.py --suite backbone --archs tiny small medium
   python tools/analysis/benchmark.py --suite all --out-dir work_dirs/benchmark
 """
 import argparse
@@ -46,7 +51,7 @@ SOFT_VARIANTS = {
     'soft-reference': dict(type='SOFTAttention', impl='reference', chunk_size=None),
     'soft-chunked': dict(type='SOFTAttention', chunk_size=4096),
     'soft-capped': dict(type='SOFTAttention', max_landmarks=49),
-    'soft-newton-eig': dict(type='SOFTAttention', method='newton_eig'),
+    'soft-newton-loop': dict(type='SOFTAttention', method='newton_loop'),
 }
 PEERS = {
     'softmax-sdpa': dict(type='SoftmaxAttention2d'),
@@ -70,6 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='attention variants to run')
     parser.add_argument('--batch', type=int, default=16,
                         help='batch of the backbone suite')
+    parser.add_argument('--archs', nargs='+', default=['tiny'],
+                        choices=['tiny', 'small', 'medium', 'large', 'huge'],
+                        help='SOFT sizes of the backbone suite')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--max-quadratic-tokens', type=int, default=16384,
                         help='largest N for the O(N^2) softmax attentions')
@@ -99,8 +107,8 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
         inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
     elif kind == 'backbone':
         from mmsoft.models import SOFT
-        attn = dict(SOFT_VARIANTS[spec['variant']])
-        module = SOFT(arch='tiny', attn_cfg=attn)
+        attn = dict(SOFT_VARIANTS[spec['impl']])
+        module = SOFT(arch=spec['arch'], attn_cfg=attn)
         inputs = (torch.randn(spec['batch'], 3, 224, 224, device=device), )
     else:  # detection
         height, width = 800, 1344
@@ -116,16 +124,20 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
         inputs = (torch.randn(1, 3, height, width, device=device), )
     module = module.to(device)
 
-    def run(backward: bool) -> None:
+    def run(backward: bool):
+        """One call; returns the forward's outputs (None with backward)."""
+        out = None
         if backward:
-            out = module(*inputs)
-            out = out if isinstance(out, torch.Tensor) else sum(o.sum() for o in out)
-            out.sum().backward()
+            loss = module(*inputs)
+            loss = loss if isinstance(loss, torch.Tensor) else sum(
+                o.sum() for o in loss)
+            loss.sum().backward()
         else:
             with torch.no_grad():
-                module(*inputs)
+                out = module(*inputs)
         if device.startswith('cuda'):
             torch.cuda.synchronize()
+        return out
     return run
 
 
@@ -149,8 +161,12 @@ def peak_memory(spec: dict, backward: bool, device: str) -> float:
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     payload = json.dumps(dict(spec=spec, backward=backward,
                               threads=torch.get_num_threads()))
+    # A fixed mmap threshold stops glibc from raising it after large frees,
+    # so freed buffers go back to the system and the peak RSS follows the
+    # live tensors instead of the heap's high-water mark.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072')
     result = subprocess.run([sys.executable, __file__, '--measure-one', payload],
-                            capture_output=True, text=True, timeout=3600)
+                            capture_output=True, text=True, timeout=3600, env=env)
     if result.returncode != 0:
         return float('nan')
     return float(result.stdout.strip().splitlines()[-1])
@@ -202,13 +218,17 @@ def attention_specs(args) -> List[dict]:
 
 
 def backbone_specs(args) -> List[dict]:
-    return [dict(kind='backbone', variant=v, batch=args.batch, size=224)
-            for v in ('soft', 'soft-reference')]
+    return [dict(kind='backbone', variant=f'{arch} {impl}', arch=arch, impl=impl,
+                 batch=args.batch, size=224)
+            for arch in args.archs for impl in ('soft', 'soft-reference')]
+
+
+DEFAULT_DETECTION = 'soft-tiny newton'
 
 
 def detection_specs(args) -> List[dict]:
-    variants = {'soft-tiny newton': dict(), 'soft-tiny newton_eig':
-                dict(method='newton_eig'), 'soft-tiny capped-64':
+    variants = {'soft-tiny newton': dict(), 'soft-tiny newton_loop':
+                dict(method='newton_loop'), 'soft-tiny capped-64':
                 dict(max_landmarks=64), 'soft-tiny solve': dict(method='solve')}
     specs = [dict(kind='detection', variant=k, attn=v, size=800)
              for k, v in variants.items()]
@@ -236,8 +256,9 @@ def run_suites(args) -> List[Dict]:
             if group[0]['kind'] == 'detection' and backward:
                 continue
             samples = [[] for _ in runs]
-            for run in runs:
-                run(backward)  # warm-up
+            warm = [run(backward) for run in runs]  # warm-up
+            if group[0]['kind'] == 'detection':
+                deviations = detection_deviations(group, warm)
             for _ in range(args.repeats):
                 for i, run in enumerate(runs):
                     start = time.perf_counter()
@@ -253,6 +274,8 @@ def run_suites(args) -> List[Dict]:
             if spec['kind'] == 'backbone':
                 row['forward_img_s'] = spec['batch'] / row['forward_s']
                 row['fwd_bwd_img_s'] = spec['batch'] / row['fwd_bwd_s']
+            if spec['kind'] == 'detection' and deviations[i] is not None:
+                row['deviation'] = deviations[i]
             if args.memory:
                 row['forward_mib'] = peak_memory(spec, False, args.device)
                 if 'fwd_bwd_s' in row:
@@ -262,10 +285,28 @@ def run_suites(args) -> List[Dict]:
     return rows
 
 
+def detection_deviations(group: List[dict], outputs: list) -> List:
+    """Relative deviation of each SOFT variant's features from the default's."""
+    names = [spec['variant'] for spec in group]
+    if DEFAULT_DETECTION not in names:
+        return [None] * len(group)
+    ref = outputs[names.index(DEFAULT_DETECTION)]
+    ref_norm = math.sqrt(sum(float(r.double().pow(2).sum()) for r in ref))
+    deviations = []
+    for name, out in zip(names, outputs):
+        if not name.startswith('soft'):
+            deviations.append(None)
+            continue
+        diff = sum(float((o.double() - r.double()).pow(2).sum())
+                   for o, r in zip(out, ref))
+        deviations.append(math.sqrt(diff) / ref_norm)
+    return deviations
+
+
 def format_row(row: Dict) -> str:
     cells = [f'{row["kind"]:<10}', f'{row["variant"]:<22}', f'{row["size"]:>5}']
     for key in ('forward_s', 'fwd_bwd_s', 'forward_img_s', 'fwd_bwd_img_s',
-                'forward_mib', 'fwd_bwd_mib'):
+                'forward_mib', 'fwd_bwd_mib', 'deviation'):
         value = row.get(key)
         cells.append(f'{key}={value:.4g}' if isinstance(value, float) else '')
     return ' | '.join(c for c in cells if c)
@@ -281,14 +322,15 @@ def loglog_slope(xs: List[float], ys: List[float]) -> float:
 def summarise(rows: List[Dict], peak: float) -> List[str]:
     lines = [f'fp32 matmul peak: {peak:.1f} GFLOP/s']
     by = {(r['kind'], r['variant'], r['size']): r for r in rows}
-    fast = by.get(('backbone', 'soft', 224))
-    ref = by.get(('backbone', 'soft-reference', 224))
-    if fast and ref:
-        lines.append(
-            f'SOFT-Tiny 224 batch: forward {fast["forward_img_s"]:.1f} img/s '
-            f'({fast["forward_img_s"] / ref["forward_img_s"]:.2f}x reference), '
-            f'fwd+bwd {fast["fwd_bwd_img_s"]:.1f} img/s '
-            f'({fast["fwd_bwd_img_s"] / ref["fwd_bwd_img_s"]:.2f}x reference)')
+    for arch in ('tiny', 'small', 'medium', 'large', 'huge'):
+        fast = by.get(('backbone', f'{arch} soft', 224))
+        ref = by.get(('backbone', f'{arch} soft-reference', 224))
+        if fast and ref:
+            lines.append(
+                f'SOFT-{arch} 224 batch: forward {fast["forward_img_s"]:.1f} img/s '
+                f'({fast["forward_img_s"] / ref["forward_img_s"]:.2f}x reference), '
+                f'fwd+bwd {fast["fwd_bwd_img_s"]:.1f} img/s '
+                f'({fast["fwd_bwd_img_s"] / ref["fwd_bwd_img_s"]:.2f}x reference)')
     for variant in ('soft', 'soft-capped'):
         pts = sorted((r['tokens'], r) for r in rows
                      if r['kind'] == 'attention' and r['variant'] == variant)
@@ -310,9 +352,11 @@ def summarise(rows: List[Dict], peak: float) -> List[str]:
     pvt = by.get(('detection', 'pvt-tiny', 800))
     for r in rows:
         if r['kind'] == 'detection' and pvt and r is not pvt:
+            dev = (f', deviation {r["deviation"]:.1e}'
+                   if r.get('deviation') is not None else '')
             lines.append(f'800x1344 {r["variant"]}: {r["forward_s"]:.2f} s = '
                          f'{r["forward_s"] / pvt["forward_s"]:.2f}x PVT-Tiny '
-                         f'({pvt["forward_s"]:.2f} s)')
+                         f'({pvt["forward_s"]:.2f} s){dev}')
     return lines
 
 
@@ -336,7 +380,8 @@ def plot(rows: List[Dict], path: Path) -> None:
         unit = 'seconds' if key.endswith('_s') else 'MiB'
         ax.set_ylabel(f'forward+backward {unit}')
         ax.grid(True, which='both', alpha=0.3)
-    axes[0].legend(fontsize=7)
+    if attention:
+        axes[0].legend(fontsize=7)
     fig.suptitle('Attention at stage-1 width (C=64, 2 heads, r=8)')
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -358,7 +403,8 @@ def main(argv=None) -> None:
           f'fp32 matmul peak {peak:.1f} GFLOP/s', flush=True)
     rows = run_suites(args)
     columns = ['kind', 'variant', 'size', 'tokens', 'forward_s', 'fwd_bwd_s',
-               'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib']
+               'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib',
+               'deviation']
     with open(out_dir / 'benchmark.csv', 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()

@@ -101,7 +101,9 @@ def test_auto_chunking_kicks_in_above_the_threshold(monkeypatch):
     attn = make()
     assert attn.resolve_chunk_size(4, 1000, 10) is None
     monkeypatch.setattr(module, 'AUTO_CHUNK_ELEMENTS', 4 * 10 * 100)
-    assert attn.resolve_chunk_size(4, 1000, 10) == 100
+    monkeypatch.setattr(module, 'CHUNK_ELEMENTS', 4 * 10 * 25)
+    assert attn.resolve_chunk_size(4, 1000, 10) == 25
+    assert attn.resolve_chunk_size(4, 100, 10) is None
 
 
 def test_no_batch_coupling():
