@@ -64,6 +64,12 @@ HANDLERS: Dict[Any, Callable] = {
     aten._scaled_dot_product_cudnn_attention: _sdpa,
     aten.exp: _elementwise,
 }
+# In-place variants take the same arguments as their out-of-place ops.
+HANDLERS.update({
+    aten.addmm_: _addmm,
+    aten.baddbmm_: _baddbmm,
+    aten.exp_: _elementwise,
+})
 
 
 class FlopCounter(TorchDispatchMode):

@@ -25,9 +25,17 @@ def test_newton_iterations_are_counted_and_attributed():
     a = torch.eye(8).expand(3, 8, 8).contiguous()
     with FlopCounter() as counter:
         newton_inverse(a, num_iters=5)
-    # two m^3 products per iteration per matrix
+    # two m^3 products per iteration per matrix, then V_T applied to I
     assert counter.region_counts['newton'] == 5 * 3 * 2 * 8**3
-    assert counter.total == counter.region_counts['newton']
+    assert counter.total == counter.region_counts['newton'] + 3 * 8**3
+
+
+def test_in_place_products_and_exponentials_are_counted():
+    with FlopCounter() as counter:
+        torch.zeros(5, 2, 4).baddbmm_(torch.ones(5, 2, 3), torch.ones(5, 3, 4))
+        torch.zeros(2, 4).addmm_(torch.ones(2, 3), torch.ones(3, 4))
+        torch.ones(10).exp_()
+    assert counter.total == 120 + 24 + 10
 
 
 def test_attention_count_follows_its_complexity():
@@ -37,7 +45,7 @@ def test_attention_count_follows_its_complexity():
     n, m, d, h, c = 56 * 56, 49, 32, 2, 64
     projections = 3 * n * c * c
     landmarks = h * m * d * d * 64
-    kernels = h * (n * m * d + m * m * d)            # distance products
+    kernels = h * (n * m + m * m) * (d + 2)          # augmented distance products
     lowrank = h * (n * m * d * 2 + m * m * d)        # A1^T V, P(.), A1(.)
     v_conv = h * n * d * 81
     newton = h * 20 * 2 * m**3
@@ -57,3 +65,18 @@ def test_preset_flops_match_the_paper(arch):
     # The paper's figures leave the Newton iterations out.
     gflops = (counter.total - counter.region_counts['newton'] + head) / 1e9
     assert abs(gflops - PAPER_GFLOPS[arch]) / PAPER_GFLOPS[arch] < 0.10, gflops
+
+
+def test_kernel_spread_over_tiles_is_computed_once_per_pass(monkeypatch):
+    import mmsoft.ops.soft_attention as ops
+    n, m, d = 64, 8, 4
+    q, k, v = torch.rand(1, n, d), torch.rand(1, m, d), torch.rand(1, n, d)
+
+    def kernel_macs(tile_elements):
+        monkeypatch.setattr(ops, 'TILE_ELEMENTS', tile_elements)
+        with torch.no_grad(), FlopCounter() as counter:
+            ops.soft_lowrank_attention(q, k, v, method='solve')
+        return counter.total
+
+    # Several tiles recompute the N x m kernel (products and exponentials).
+    assert kernel_macs(m * 16) - kernel_macs(10**9) == n * m * (d + 2) + n * m
