@@ -123,8 +123,9 @@ class SOFTAttention(BaseModule):
             one N x m kernel per batch would exceed 2^26 elements, then in
             chunks of 2^22 elements; None never chunks.
             Defaults to ``'auto'``.
-        impl (str): ``'fast'`` or ``'reference'`` (the plain evaluation, for
-            comparisons). Defaults to ``'fast'``.
+        impl (str): ``'fast'`` or ``'reference'`` (the plain evaluation of
+            the kernel attention and the value convolution, for comparisons;
+            same parameters and function). Defaults to ``'fast'``.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
 
     Examples:
@@ -363,13 +364,35 @@ class SOFTAttention(BaseModule):
                 out = soft_lowrank_attention(q, landmarks, v_heads,
                                              chunk_size=chunk, **kwargs)
 
-        # Value convolution: one filter per head, on each of its d channels.
-        # Run depthwise over all C channels of V viewed channels-last (no
-        # copy), which is much faster than a grouped conv over (B * d, h, H, W).
-        v_map = v.transpose(1, 2).view(batch, self.embed_dims, height, width)
-        weight = self.v_conv.weight.repeat_interleave(d, dim=0)
-        v_conv = F.conv2d(v_map, weight, padding=self.v_conv.padding,
-                          groups=self.embed_dims)
         out = out.view(batch, h, num_tokens, d).transpose(1, 2).reshape(
             batch, num_tokens, self.embed_dims)
-        return self.proj(out + v_conv.flatten(2).transpose(1, 2))
+        return self.proj(out + self.value_conv(v, hw_shape))
+
+    def value_conv(self, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        """The value convolution: one ``k x k`` filter per head, on each of its
+        ``d`` channels.
+
+        The fast path runs it depthwise over all C channels of V viewed
+        channels-last (no copy); the reference path as the formula reads,
+        a grouped convolution over V laid out as (B * d, h, H, W), which
+        copies V twice and is several times slower on CPU.
+
+        Args:
+            v (Tensor): Values (B, N, C), channel ``head * d + j``.
+            hw_shape (tuple[int, int]): Their grid (H, W).
+
+        Returns:
+            Tensor: (B, N, C).
+        """
+        batch, num_tokens, _ = v.shape
+        h, d = self.num_heads, self.head_dims
+        if self.impl == 'reference':
+            v_map = v.view(batch, num_tokens, h, d).permute(0, 3, 2, 1).reshape(
+                batch * d, h, *hw_shape)
+            out = self.v_conv(v_map).view(batch, d, h, num_tokens)
+            return out.permute(0, 3, 2, 1).reshape(batch, num_tokens, self.embed_dims)
+        v_map = v.transpose(1, 2).view(batch, self.embed_dims, *hw_shape)
+        weight = self.v_conv.weight.repeat_interleave(d, dim=0)
+        out = F.conv2d(v_map, weight, padding=self.v_conv.padding,
+                       groups=self.embed_dims)
+        return out.flatten(2).transpose(1, 2)

@@ -56,9 +56,10 @@ def spec_forward(attn, x, hw):
     return F.linear(out, attn.proj.weight, attn.proj.bias)
 
 
+@pytest.mark.parametrize('impl', ['fast', 'reference'])
 @pytest.mark.parametrize('normalize', [False, True])
-def test_default_forward_equals_the_spec(normalize):
-    attn = make(normalize=normalize).double()
+def test_forward_equals_the_spec(normalize, impl):
+    attn = make(normalize=normalize, impl=impl).double()
     x = tokens().double()
     torch.testing.assert_close(attn(x, (12, 16)), spec_forward(attn, x, (12, 16)))
 
@@ -92,6 +93,14 @@ def test_reference_and_chunked_paths_equal_the_fast_path():
     fast = make()(x, (12, 16))
     torch.testing.assert_close(make(impl='reference')(x, (12, 16)), fast,
                                rtol=1e-4, atol=1e-5)
+    grads = []
+    for impl in ('fast', 'reference'):
+        attn = make(impl=impl)
+        attn(x, (12, 16)).square().sum().backward()
+        grads.append({n: p.grad for n, p in attn.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-3, atol=1e-4,
+                                   msg=name)
     torch.testing.assert_close(make(chunk_size=50)(x, (12, 16)), fast,
                                rtol=1e-5, atol=1e-5)
 
