@@ -15,6 +15,15 @@ class AtomicLocalBackend(LocalBackend):
     A run killed while saving leaves the previous file (or none) in place,
     never a truncated checkpoint under the final name. Registered for local
     paths when mmsoft is imported, so every mmengine Runner saves this way.
+
+    Examples:
+        >>> import os.path as osp
+        >>> import tempfile
+        >>> from mmsoft.engine import AtomicLocalBackend
+        >>> path = osp.join(tempfile.mkdtemp(), 'epoch_1.pth')
+        >>> AtomicLocalBackend().put(b'weights', path)
+        >>> open(path, 'rb').read()
+        b'weights'
     """
 
     def put(self, obj: bytes, filepath: Union[str, Path]) -> None:

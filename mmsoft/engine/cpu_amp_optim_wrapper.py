@@ -20,6 +20,20 @@ class CPUAmpOptimWrapper(OptimWrapper):
         dtype (str | torch.dtype): Autocast dtype. Defaults to
             ``'bfloat16'``.
         **kwargs: Arguments of :class:`mmengine.optim.OptimWrapper`.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.engine import CPUAmpOptimWrapper
+        >>> model = torch.nn.Linear(4, 2)
+        >>> wrapper = CPUAmpOptimWrapper(
+        ...     optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+        >>> with wrapper.optim_context(model):
+        ...     out = model(torch.rand(3, 4))
+        >>> out.dtype
+        torch.bfloat16
+        >>> # in a config:
+        >>> optim_wrapper = dict(type='CPUAmpOptimWrapper',
+        ...                      optimizer=dict(type='AdamW', lr=1e-3))
     """
 
     def __init__(self, dtype: Union[str, torch.dtype] = 'bfloat16', **kwargs) -> None:

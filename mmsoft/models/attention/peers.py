@@ -70,6 +70,18 @@ class SoftmaxAttention2d(_QKVAttention):
         use_sdpa (bool): Use ``F.scaled_dot_product_attention`` (fused kernels)
             instead of the plain softmax of ``Q K^T``. Defaults to True.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.models import SOFT
+        >>> from mmsoft.models.attention.peers import SoftmaxAttention2d
+        >>> attn = SoftmaxAttention2d(embed_dims=64, num_heads=2)
+        >>> attn(torch.rand(2, 14 * 14, 64), (14, 14)).shape
+        torch.Size([2, 196, 64])
+        >>> # Any peer replaces SOFT attention in the backbone from a config:
+        >>> model = SOFT(arch='tiny', attn_cfg=dict(type='SoftmaxAttention2d'))
+        >>> model(torch.rand(1, 3, 64, 64))[0].shape
+        torch.Size([1, 512])
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
@@ -105,6 +117,13 @@ class SpatialReductionAttention(_QKVAttention):
         conv_size (int): Unused. Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.models.attention.peers import SpatialReductionAttention
+        >>> attn = SpatialReductionAttention(embed_dims=64, num_heads=2, sr_ratio=8)
+        >>> attn(torch.rand(2, 56 * 56, 64), (56, 56)).shape
+        torch.Size([2, 3136, 64])
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
@@ -143,6 +162,13 @@ class PerformerAttention(_QKVAttention):
         num_features (int, optional): Random features per head; defaults to
             ``d * log(d)`` rounded up.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.models.attention.peers import PerformerAttention
+        >>> attn = PerformerAttention(embed_dims=64, num_heads=2)
+        >>> attn(torch.rand(2, 56 * 56, 64), (56, 56)).shape
+        torch.Size([2, 3136, 64])
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
@@ -205,6 +231,13 @@ class NystromAttention(_QKVAttention):
         qkv_bias (bool): Bias in the projections. Defaults to True.
         num_iters (int): Pseudo-inverse iterations. Defaults to 6.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
+
+    Examples:
+        >>> import torch
+        >>> from mmsoft.models.attention.peers import NystromAttention
+        >>> attn = NystromAttention(embed_dims=64, num_heads=2, sr_ratio=8)
+        >>> attn(torch.rand(2, 56 * 56, 64), (56, 56)).shape
+        torch.Size([2, 3136, 64])
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
