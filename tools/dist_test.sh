@@ -2,7 +2,12 @@
 # Distributed evaluation with torchrun (GPUs, or CPU processes with gloo).
 #   tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args...]
 # Multi-node: NNODES, NODE_RANK, MASTER_ADDR and PORT as for dist_train.sh.
+# Example: tools/dist_test.sh configs/soft_tiny_imagenet.py soft_tiny.pth 8
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+fi
 if [ $# -lt 3 ]; then
     echo "usage: $0 CONFIG CHECKPOINT GPUS [test.py args...]" >&2
     exit 2

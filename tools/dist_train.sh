@@ -3,7 +3,12 @@
 # on a machine without GPUs (gloo).
 #   tools/dist_train.sh CONFIG GPUS [train.py args...]
 # Multi-node: NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 PORT=29500 tools/dist_train.sh ...
+# Example: tools/dist_train.sh configs/soft_tiny_imagenet.py 8 --amp
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+fi
 if [ $# -lt 2 ]; then
     echo "usage: $0 CONFIG GPUS [train.py args...]" >&2
     exit 2

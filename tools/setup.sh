@@ -14,6 +14,8 @@
 # is missing), MMCV_BUILD_DIR (default: a temporary folder).
 #
 # Safe to run again: every step checks first and skips what is already there.
+#
+# Example: bash tools/setup.sh --wheelhouse ~/wheels
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
             [ $# -ge 2 ] || die "--find-links needs a URL or folder"
             FIND_LINKS+=(--find-links "$2"); shift 2 ;;
         --no-tests) WITH_TESTS=0; shift ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done

@@ -2,7 +2,12 @@
 # Evaluation on a Slurm cluster, one task per GPU.
 #   [GPUS=8 GPUS_PER_NODE=8 CPUS_PER_TASK=5 SRUN_ARGS=...] \
 #       tools/slurm_test.sh PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]
+# Example: tools/slurm_test.sh dev soft-tiny configs/soft_tiny_imagenet.py soft_tiny.pth
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+fi
 if [ $# -lt 4 ]; then
     echo "usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]" >&2
     exit 2

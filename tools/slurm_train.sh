@@ -2,7 +2,12 @@
 # Training on a Slurm cluster, one task per GPU.
 #   [GPUS=16 GPUS_PER_NODE=8 CPUS_PER_TASK=5 SRUN_ARGS=...] \
 #       tools/slurm_train.sh PARTITION JOB_NAME CONFIG [WORK_DIR] [train.py args...]
+# Example: GPUS=16 tools/slurm_train.sh dev soft-tiny configs/soft_tiny_imagenet.py
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+fi
 if [ $# -lt 3 ]; then
     echo "usage: $0 PARTITION JOB_NAME CONFIG [WORK_DIR] [train.py args...]" >&2
     exit 2
