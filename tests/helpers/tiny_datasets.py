@@ -26,8 +26,15 @@ def make_imagenet(root: Path, per_split: int = 2) -> Path:
 
 
 def make_coco(root: Path, per_split: int = 2) -> Path:
-    """``root/{train,val}2017/*.jpg`` and ``root/annotations/instances_*.json``."""
-    categories = [dict(id=1, name='person'), dict(id=2, name='bicycle')]
+    """``root/{train,val}2017/*.jpg`` and ``root/annotations/instances_*.json``.
+
+    The annotation files list all 80 COCO categories, as the real ones do, so
+    CocoMetric can map any label an untrained detector predicts; the boxes
+    are of the first two (person, bicycle).
+    """
+    from mmdet.datasets import CocoDataset
+    categories = [dict(id=i + 1, name=name)
+                  for i, name in enumerate(CocoDataset.METAINFO['classes'])]
     (root / 'annotations').mkdir(parents=True, exist_ok=True)
     for split in ('train2017', 'val2017'):
         images, annotations = [], []
