@@ -52,24 +52,22 @@ def _elementwise(args, out) -> int:
     return out.numel()
 
 
+# In-place variants take the same arguments as their out-of-place ops.
 HANDLERS: Dict[Any, Callable] = {
     aten.mm: _mm,
     aten.addmm: _addmm,
+    aten.addmm_: _addmm,
     aten.bmm: _bmm,
     aten.baddbmm: _baddbmm,
+    aten.baddbmm_: _baddbmm,
     aten.convolution: _conv,
     aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
     aten._scaled_dot_product_efficient_attention: _sdpa,
     aten._scaled_dot_product_flash_attention: _sdpa,
     aten._scaled_dot_product_cudnn_attention: _sdpa,
     aten.exp: _elementwise,
-}
-# In-place variants take the same arguments as their out-of-place ops.
-HANDLERS.update({
-    aten.addmm_: _addmm,
-    aten.baddbmm_: _baddbmm,
     aten.exp_: _elementwise,
-})
+}
 
 
 class FlopCounter(TorchDispatchMode):
