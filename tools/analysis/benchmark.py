@@ -6,9 +6,11 @@ Suites (--suite):
              chunked, landmark-capped and Newton-loop paths,
              and the peers (softmax SDPA, spatial reduction, Performer,
              Nystromformer); quadratic ones only up to --max-quadratic-tokens.
-  backbone   SOFT backbones (--archs, default tiny) at 224 x 224, batch
-             --batch: fast vs reference path, forward and forward+backward
-             throughput (images/s).
+  backbone   whole SOFT backbones (--archs, default tiny), batch --batch, at
+             image sizes --sizes (default 224): the fast and reference paths
+             by default, or any --variants (the peers plug into the same
+             backbone in place of SOFT attention, the paper's Table 1
+             setting); forward and forward+backward throughput (images/s).
   detection  one 800 x 1344 image through the SOFT-Tiny backbone (the
              faithful Newton iterate as evaluated by default and by the
              plain loop, landmark cap, exact solve) and mmdet's PVT-Tiny
@@ -30,6 +32,8 @@ Examples:
   python tools/analysis/benchmark.py --suite attention --sizes 224 512 1024 --memory
   python tools/analysis/benchmark.py --suite backbone --batch 16
   python tools/analysis/benchmark.py --suite backbone --archs tiny small medium
+  python tools/analysis/benchmark.py --suite backbone --batch 1 --memory \
+      --sizes 224 384 512 --variants soft spatial-reduction performer softmax-sdpa
   python tools/analysis/benchmark.py --suite all --out-dir work_dirs/benchmark
 """
 import argparse
@@ -61,6 +65,9 @@ PEERS = {
     'nystromformer': dict(type='NystromAttention'),
 }
 QUADRATIC = ('softmax-sdpa', 'softmax-plain')
+DEFAULT_SIZES = {'attention': [224, 448, 640, 1024], 'backbone': [224]}
+DEFAULT_VARIANTS = {'attention': list(SOFT_VARIANTS) + list(PEERS),
+                    'backbone': ['soft', 'soft-reference']}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -68,11 +75,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--suite', default='attention',
                         choices=['attention', 'backbone', 'detection', 'all'])
-    parser.add_argument('--sizes', type=int, nargs='+', default=[224, 448, 640, 1024],
-                        help='image sizes for the attention suite')
+    parser.add_argument('--sizes', type=int, nargs='+',
+                        help='image sizes (default: 224 448 640 1024 for the '
+                        'attention suite, 224 for the backbone suite)')
     parser.add_argument('--variants', nargs='+',
-                        default=list(SOFT_VARIANTS) + list(PEERS),
-                        help='attention variants to run')
+                        choices=list(SOFT_VARIANTS) + list(PEERS),
+                        help='attentions to run (default: all of them for the '
+                        'attention suite, soft and soft-reference for the '
+                        'backbone suite)')
     parser.add_argument('--batch', type=int, default=16,
                         help='batch of the backbone suite')
     parser.add_argument('--archs', nargs='+', default=['tiny'],
@@ -107,9 +117,10 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
         inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
     elif kind == 'backbone':
         from mmsoft.models import SOFT
-        attn = dict(SOFT_VARIANTS[spec['impl']])
+        attn = dict(PEERS.get(spec['attn']) or SOFT_VARIANTS[spec['attn']])
         module = SOFT(arch=spec['arch'], attn_cfg=attn)
-        inputs = (torch.randn(spec['batch'], 3, 224, 224, device=device), )
+        size = spec['size']
+        inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )
     else:  # detection
         height, width = 800, 1344
         if spec['variant'] == 'pvt-tiny':
@@ -206,21 +217,28 @@ def matmul_peak(device: str) -> float:
 
 
 # ----------------------------------------------------------------- the suites
-def attention_specs(args) -> List[dict]:
-    specs = []
-    for size in args.sizes:
-        for variant in args.variants:
+def _sizes_and_variants(args, suite: str) -> List[tuple]:
+    """``(size, stage-1 tokens, variant)`` of a suite; quadratic attentions
+    only up to ``--max-quadratic-tokens``."""
+    cases = []
+    for size in args.sizes or DEFAULT_SIZES[suite]:
+        for variant in args.variants or DEFAULT_VARIANTS[suite]:
             n = (size // 4)**2
-            if variant in QUADRATIC and n > args.max_quadratic_tokens:
-                continue
-            specs.append(dict(kind='attention', variant=variant, size=size, tokens=n))
-    return specs
+            if variant not in QUADRATIC or n <= args.max_quadratic_tokens:
+                cases.append((size, n, variant))
+    return cases
+
+
+def attention_specs(args) -> List[dict]:
+    return [dict(kind='attention', variant=variant, size=size, tokens=n)
+            for size, n, variant in _sizes_and_variants(args, 'attention')]
 
 
 def backbone_specs(args) -> List[dict]:
-    return [dict(kind='backbone', variant=f'{arch} {impl}', arch=arch, impl=impl,
-                 batch=args.batch, size=224)
-            for arch in args.archs for impl in ('soft', 'soft-reference')]
+    return [dict(kind='backbone', variant=f'{arch} {variant}', arch=arch,
+                 attn=variant, batch=args.batch, size=size, tokens=n)
+            for arch in args.archs
+            for size, n, variant in _sizes_and_variants(args, 'backbone')]
 
 
 DEFAULT_DETECTION = 'soft-tiny newton'
@@ -322,24 +340,28 @@ def loglog_slope(xs: List[float], ys: List[float]) -> float:
 def summarise(rows: List[Dict], peak: float) -> List[str]:
     lines = [f'fp32 matmul peak: {peak:.1f} GFLOP/s']
     by = {(r['kind'], r['variant'], r['size']): r for r in rows}
-    for arch in ('tiny', 'small', 'medium', 'large', 'huge'):
-        fast = by.get(('backbone', f'{arch} soft', 224))
-        ref = by.get(('backbone', f'{arch} soft-reference', 224))
-        if fast and ref:
+    for (kind, variant, size), fast in by.items():
+        ref = by.get((kind, variant.replace(' soft', ' soft-reference'), size))
+        if kind == 'backbone' and variant.endswith(' soft') and ref:
+            arch = variant.split()[0]
             lines.append(
-                f'SOFT-{arch} 224 batch: forward {fast["forward_img_s"]:.1f} img/s '
+                f'SOFT-{arch} {size} batch: forward {fast["forward_img_s"]:.1f} img/s '
                 f'({fast["forward_img_s"] / ref["forward_img_s"]:.2f}x reference), '
                 f'fwd+bwd {fast["fwd_bwd_img_s"]:.1f} img/s '
                 f'({fast["fwd_bwd_img_s"] / ref["fwd_bwd_img_s"]:.2f}x reference)')
-    for variant in ('soft', 'soft-capped'):
-        pts = sorted((r['tokens'], r) for r in rows
-                     if r['kind'] == 'attention' and r['variant'] == variant)
-        if len(pts) >= 2:
-            xs = [p[0] for p in pts]
-            text = f'{variant}: log-log slope of fwd+bwd time vs N ' \
-                   f'{loglog_slope(xs, [p[1]["fwd_bwd_s"] for p in pts]):.2f}'
-            if 'fwd_bwd_mib' in pts[0][1]:
-                mem = [max(p[1]['fwd_bwd_mib'], 1e-3) for p in pts]
+    for kind in ('attention', 'backbone'):
+        variants = dict.fromkeys(r['variant'] for r in rows if r['kind'] == kind)
+        for variant in variants:
+            pts = sorted((r for r in rows
+                          if r['kind'] == kind and r['variant'] == variant),
+                         key=lambda r: r['tokens'])
+            if len(pts) < 2:
+                continue
+            xs = [p['tokens'] for p in pts]
+            text = f'{kind} {variant}: log-log slope of fwd+bwd time vs N ' \
+                   f'{loglog_slope(xs, [p["fwd_bwd_s"] for p in pts]):.2f}'
+            if 'fwd_bwd_mib' in pts[0]:
+                mem = [max(p['fwd_bwd_mib'], 1e-3) for p in pts]
                 text += f', of memory {loglog_slope(xs, mem):.2f}'
             lines.append(text)
     biggest = max((r['size'] for r in rows if r['kind'] == 'attention'), default=None)
@@ -360,29 +382,40 @@ def summarise(rows: List[Dict], peak: float) -> List[str]:
     return lines
 
 
+PLOT_TITLES = {'attention': 'Attention at stage-1 width (C=64, 2 heads, r=8)',
+               'backbone': 'Whole backbones'}
+
+
 def plot(rows: List[Dict], path: Path) -> None:
+    """Forward+backward time (and memory) against tokens, one row of panels
+    per suite with more than one size."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     keys = [k for k in ('fwd_bwd_s', 'fwd_bwd_mib') if any(k in r for r in rows)]
-    fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(6 * max(1, len(keys)), 4.5))
-    axes = axes if hasattr(axes, '__len__') else [axes]
-    attention = [r for r in rows if r['kind'] == 'attention']
-    for ax, key in zip(axes, keys or ['fwd_bwd_s']):
-        for variant in dict.fromkeys(r['variant'] for r in attention):
-            pts = sorted((r['tokens'], r.get(key)) for r in attention
-                         if r['variant'] == variant and r.get(key) is not None)
-            if pts:
-                ax.plot(*zip(*pts), marker='o', label=variant)
-        ax.set_xscale('log')
-        ax.set_yscale('log')
-        ax.set_xlabel('tokens N')
-        unit = 'seconds' if key.endswith('_s') else 'MiB'
-        ax.set_ylabel(f'forward+backward {unit}')
-        ax.grid(True, which='both', alpha=0.3)
-    if attention:
-        axes[0].legend(fontsize=7)
-    fig.suptitle('Attention at stage-1 width (C=64, 2 heads, r=8)')
+    keys = keys or ['fwd_bwd_s']
+    kinds = [k for k in PLOT_TITLES
+             if len({r['size'] for r in rows if r['kind'] == k}) > 1]
+    kinds = kinds or ['attention']
+    fig, axes = plt.subplots(len(kinds), len(keys), squeeze=False,
+                             figsize=(6 * len(keys), 4.5 * len(kinds)))
+    for kind, row_axes in zip(kinds, axes):
+        points = [r for r in rows if r['kind'] == kind]
+        for ax, key in zip(row_axes, keys):
+            for variant in dict.fromkeys(r['variant'] for r in points):
+                pts = sorted((r['tokens'], r.get(key)) for r in points
+                             if r['variant'] == variant and r.get(key) is not None)
+                if pts:
+                    ax.plot(*zip(*pts), marker='o', label=variant)
+            ax.set_xscale('log')
+            ax.set_yscale('log')
+            ax.set_xlabel('stage-1 tokens N')
+            unit = 'seconds' if key.endswith('_s') else 'MiB'
+            ax.set_ylabel(f'forward+backward {unit}')
+            ax.set_title(PLOT_TITLES[kind], fontsize=10)
+            ax.grid(True, which='both', alpha=0.3)
+        if points:
+            row_axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
