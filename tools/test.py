@@ -11,7 +11,12 @@ from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
-from mmsoft.apis import init_cpu_distributed, load_config, prepare_config
+from mmsoft.apis import (
+    finish_distributed,
+    init_cpu_distributed,
+    load_config,
+    prepare_config,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,7 +47,10 @@ def main(argv=None) -> dict:
         cfg.test_cfg = {**(cfg.get('test_cfg') or {}), 'fp16': True}
     prepare_config(cfg)
     init_cpu_distributed(args.launcher)
-    return Runner.from_cfg(cfg).test()
+    try:
+        return Runner.from_cfg(cfg).test()
+    finally:
+        finish_distributed()
 
 
 if __name__ == '__main__':

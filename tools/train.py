@@ -13,7 +13,12 @@ from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
-from mmsoft.apis import init_cpu_distributed, load_config, prepare_config
+from mmsoft.apis import (
+    finish_distributed,
+    init_cpu_distributed,
+    load_config,
+    prepare_config,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,8 +56,11 @@ def main(argv=None) -> Runner:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
     prepare_config(cfg, amp=args.amp)
     init_cpu_distributed(args.launcher)
-    runner = Runner.from_cfg(cfg)
-    runner.train()
+    try:
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+    finally:
+        finish_distributed()
     return runner
 
 

@@ -96,3 +96,15 @@ def init_cpu_distributed(launcher: str) -> None:
             and not dist.is_initialized()):
         dist.init_process_group(backend='gloo', rank=int(os.environ['RANK']),
                                 world_size=int(os.environ['WORLD_SIZE']))
+
+
+def finish_distributed() -> None:
+    """Destroy the process groups of a distributed run; a no-op otherwise.
+
+    Called at the end of every entry point. Left to the interpreter's
+    teardown, gloo's worker threads can outlive the objects they use and
+    abort the process at exit ("terminate called without an active
+    exception") after a run that succeeded.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
