@@ -103,6 +103,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------- the cases
+def attention_cfg(name: str) -> dict:
+    """A fresh config of the SOFT variant or peer called ``name``."""
+    return dict(PEERS.get(name) or SOFT_VARIANTS[name])
+
+
 def build_case(spec: dict, device: str) -> Callable[[bool], None]:
     """A closure running one forward (and backward when asked) of ``spec``."""
     import mmsoft  # noqa: F401
@@ -111,14 +116,12 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
     kind = spec['kind']
     if kind == 'attention':
         side = spec['size'] // 4
-        module = build_model(dict(PEERS.get(spec['variant']) or
-                                  SOFT_VARIANTS[spec['variant']]),
-                             embed_dims=64, num_heads=2, sr_ratio=8, conv_size=9)
+        module = build_model(attention_cfg(spec['variant']), embed_dims=64,
+                             num_heads=2, sr_ratio=8, conv_size=9)
         inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
     elif kind == 'backbone':
         from mmsoft.models import SOFT
-        attn = dict(PEERS.get(spec['attn']) or SOFT_VARIANTS[spec['attn']])
-        module = SOFT(arch=spec['arch'], attn_cfg=attn)
+        module = SOFT(arch=spec['arch'], attn_cfg=attention_cfg(spec['attn']))
         size = spec['size']
         inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )
     else:  # detection
@@ -341,7 +344,7 @@ def summarise(rows: List[Dict], peak: float) -> List[str]:
     lines = [f'fp32 matmul peak: {peak:.1f} GFLOP/s']
     by = {(r['kind'], r['variant'], r['size']): r for r in rows}
     for (kind, variant, size), fast in by.items():
-        ref = by.get((kind, variant.replace(' soft', ' soft-reference'), size))
+        ref = by.get((kind, f'{variant}-reference', size))
         if kind == 'backbone' and variant.endswith(' soft') and ref:
             arch = variant.split()[0]
             lines.append(
