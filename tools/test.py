@@ -47,11 +47,11 @@ def main(argv=None) -> dict:
         cfg.test_cfg = {**(cfg.get('test_cfg') or {}), 'fp16': True}
     prepare_config(cfg)
     init_cpu_distributed(args.launcher)
-    try:
-        return Runner.from_cfg(cfg).test()
-    finally:
-        finish_distributed()
+    return Runner.from_cfg(cfg).test()
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()  # the Runner goes with it, before the process group
+    finally:
+        finish_distributed()

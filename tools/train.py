@@ -56,13 +56,13 @@ def main(argv=None) -> Runner:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
     prepare_config(cfg, amp=args.amp)
     init_cpu_distributed(args.launcher)
-    try:
-        runner = Runner.from_cfg(cfg)
-        runner.train()
-    finally:
-        finish_distributed()
+    runner = Runner.from_cfg(cfg)
+    runner.train()
     return runner
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()  # the Runner it returns goes here, before the process group
+    finally:
+        finish_distributed()

@@ -1,4 +1,5 @@
 """Adapt a config to the machine it runs on (GPU or CPU, AMP or not)."""
+import gc
 import os
 import os.path as osp
 from typing import Any, Optional
@@ -99,12 +100,22 @@ def init_cpu_distributed(launcher: str) -> None:
 
 
 def finish_distributed() -> None:
-    """Destroy the process groups of a distributed run; a no-op otherwise.
+    """Destroy the process groups and join gloo's threads; a no-op without them.
 
-    Called at the end of every entry point. Left to the interpreter's
-    teardown, gloo's worker threads can outlive the objects they use and
-    abort the process at exit ("terminate called without an active
-    exception") after a run that succeeded.
+    Call it at the very end of an entry point, once the Runner is gone: its
+    DDP wrapper holds the group, and the group's threads stop only when its
+    last reference goes. A gloo worker thread frees each finished
+    collective's tensors, which needs the GIL for tensors made in Python
+    (``broadcast_object_list`` makes them). Once the interpreter has begun to
+    shut down, that thread is ended in the middle of a destructor and the
+    process aborts ("terminate called without an active exception") after
+    a run that succeeded. Dropping the last reference here, while the
+    interpreter is alive, joins the threads first: torch releases the GIL
+    while it destroys a group, so a waiting worker thread can finish.
     """
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    group = dist.group.WORLD
+    dist.destroy_process_group()
+    gc.collect()  # reference cycles that keep a DDP wrapper, and the group, alive
+    del group  # the last reference: the group's destructor joins its threads

@@ -1,7 +1,11 @@
 """Process-group set-up and teardown of the entry points."""
+import os
 import socket
 
+import pytest
+import torch
 import torch.distributed as dist
+from mmengine.model import MMDistributedDataParallel
 
 from mmsoft.apis import finish_distributed, init_cpu_distributed
 
@@ -12,11 +16,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_gloo_group_is_started_and_destroyed(monkeypatch):
+def gloo_threads() -> list:
+    """Names of this process's threads that gloo started."""
+    names = (open(f'/proc/self/task/{tid}/comm').read().strip()
+             for tid in os.listdir('/proc/self/task'))
+    return [name for name in names if 'gloo' in name]
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
     monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
     monkeypatch.setenv('MASTER_PORT', str(free_port()))
     monkeypatch.setenv('RANK', '0')
     monkeypatch.setenv('WORLD_SIZE', '1')
+
+
+def test_gloo_group_is_started_and_destroyed(one_rank):
     init_cpu_distributed('none')
     assert not dist.is_initialized()
     init_cpu_distributed('pytorch')
@@ -26,3 +41,22 @@ def test_gloo_group_is_started_and_destroyed(monkeypatch):
         finish_distributed()
     assert not dist.is_initialized()
     finish_distributed()  # nothing left to destroy: a no-op
+
+
+def test_teardown_joins_gloo_threads_after_ddp_training(one_rank):
+    """The threads must be gone before interpreter shutdown, where a worker
+    thread that still needs the GIL aborts the process."""
+    init_cpu_distributed('pytorch')
+    try:
+        model = MMDistributedDataParallel(torch.nn.Linear(4, 2), device_ids=None)
+        model(torch.randn(3, 4)).sum().backward()
+        payload = [{'accuracy': 1.0}]
+        dist.broadcast_object_list(payload, src=0)
+        assert gloo_threads()
+        # Like the Runner, which holds the DDP wrapper, it sits in a cycle.
+        owner = {'model': model}
+        owner['self'] = owner
+        del model, owner
+    finally:
+        finish_distributed()
+    assert gloo_threads() == []

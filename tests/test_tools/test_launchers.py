@@ -336,3 +336,34 @@ class FailOnRankOne(Hook):
     assert result.returncode != 0
     assert 'rank 1 failed on purpose' in log
     assert time.time() - start < 240
+
+
+ENTRY_POINT_THEN_THREADS = '''
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+names = [open(f'/proc/self/task/{tid}/comm').read().strip()
+         for tid in os.listdir('/proc/self/task')]
+print('gloo threads left:', sorted(name for name in names if 'gloo' in name))
+'''
+
+
+@pytest.mark.slow
+def test_entry_points_join_gloo_threads_before_exit(digits, tmp_path):
+    """A gloo thread still alive at interpreter shutdown can abort a run
+    that succeeded, so train.py and test.py end with none left."""
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=1, train_images=64)
+    env = dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29651', RANK='0',
+               WORLD_SIZE='1', LOCAL_RANK='0', OMP_NUM_THREADS='1')
+    work = tmp_path / 'work'
+    result, log = run(sys.executable, '-c', ENTRY_POINT_THEN_THREADS,
+                      'tools/train.py', config, '--work-dir', work,
+                      '--launcher', 'pytorch', env=env)
+    assert result.returncode == 0, log[-3000:]
+    assert 'gloo threads left: []' in log, log[-3000:]
+    result, log = run(sys.executable, '-c', ENTRY_POINT_THEN_THREADS,
+                      'tools/test.py', config, work / 'epoch_1.pth', '--work-dir',
+                      tmp_path / 'test', '--launcher', 'pytorch', env=env)
+    assert result.returncode == 0, log[-3000:]
+    assert 'accuracy/top1' in log
+    assert 'gloo threads left: []' in log, log[-3000:]
