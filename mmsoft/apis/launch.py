@@ -1,5 +1,6 @@
 """Adapt a config to the machine it runs on (GPU or CPU, AMP or not)."""
 import gc
+import itertools
 import os
 import os.path as osp
 from typing import Any, Optional
@@ -24,9 +25,19 @@ def _replace_sync_bn(node: Any) -> int:
     return count
 
 
+_RUNS_IN_PROCESS = itertools.count()
+
+
 def load_config(path: str, cfg_options: Optional[dict] = None,
                 launcher: str = 'none', work_dir: Optional[str] = None) -> Config:
     """Read a config the way the entry points do.
+
+    mmengine names a run's logger, message hub and visualizer
+    ``<experiment_name>_<timestamp>`` to the second and reuses an instance
+    of the same name, so a second run started in the same process and second
+    would log into the first run's files and carry on its message hub. From
+    the second call on in a process, a config without ``experiment_name``
+    gets ``<config name>_run<k>``.
 
     Args:
         path (str): Config file.
@@ -43,8 +54,11 @@ def load_config(path: str, cfg_options: Optional[dict] = None,
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     cfg.launcher = launcher
-    cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join(
-        'work_dirs', osp.splitext(osp.basename(path))[0])
+    name = osp.splitext(osp.basename(path))[0]
+    cfg.work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', name)
+    run = next(_RUNS_IN_PROCESS)
+    if run and not cfg.get('experiment_name'):
+        cfg.experiment_name = f'{name}_run{run}'
     return cfg
 
 

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 
-from mmsoft.apis import finish_distributed, init_cpu_distributed
+from mmsoft.apis import finish_distributed, init_cpu_distributed, load_config
 
 
 def free_port() -> int:
@@ -60,3 +60,16 @@ def test_teardown_joins_gloo_threads_after_ddp_training(one_rank):
     finally:
         finish_distributed()
     assert gloo_threads() == []
+
+
+def test_runs_in_one_process_get_their_own_experiment_names(tmp_path):
+    """mmengine reuses a logger and message hub of the same name, and the
+    default name only changes once a second."""
+    config = tmp_path / 'cls.py'
+    config.write_text("model = dict(type='ImageClassifier')\n")
+    names = {load_config(str(config)).get('experiment_name') for _ in range(3)}
+    assert len(names) == 3
+    assert {name for name in names if name} <= {f'cls_run{k}' for k in range(1, 99)}
+    named = tmp_path / 'named.py'
+    named.write_text("experiment_name = 'mine'\n")
+    assert load_config(str(named)).experiment_name == 'mine'
