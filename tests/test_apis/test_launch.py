@@ -1,10 +1,10 @@
 """Process-group set-up and teardown of the entry points."""
-import os
 import socket
 
 import pytest
 import torch
 import torch.distributed as dist
+from helpers.threads import gloo_threads
 from mmengine.model import MMDistributedDataParallel
 
 from mmsoft.apis import finish_distributed, init_cpu_distributed, load_config
@@ -14,13 +14,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         return sock.getsockname()[1]
-
-
-def gloo_threads() -> list:
-    """Names of this process's threads that gloo started."""
-    names = (open(f'/proc/self/task/{tid}/comm').read().strip()
-             for tid in os.listdir('/proc/self/task'))
-    return [name for name in names if 'gloo' in name]
 
 
 @pytest.fixture
