@@ -1,15 +1,16 @@
 """mmsoft: SOFT (softmax-free transformer) backbones for OpenMMLab.
 
-Importing the package registers the SOFT models in mmengine's registry tree
-(``type='SOFT'`` then resolves under the mmpretrain, mmdet and mmseg scopes,
-``type='mmsoft.SOFT'`` everywhere) and lets torch's weights-only loader read
-mmengine checkpoints. It imports neither mmdet nor mmseg.
+Importing the package registers the SOFT models in mmsoft's registries
+(``type='mmsoft.SOFT'`` resolves from every toolbox) and applies the
+process-wide patches of :mod:`mmsoft.process_patches`: ``type='SOFT'`` in the
+root registry, weights-only loading of mmengine checkpoints, atomic
+checkpoint writes. ``MMSOFT_DISABLE_PATCHES`` switches each off. It imports
+neither mmdet nor mmseg.
 """
-from .utils.safe_checkpoint import allow_mmengine_checkpoints
+from . import engine, models  # noqa: F401  (registers the classes)
+from .process_patches import apply_patches
 from .version import __version__, version_info
 
-allow_mmengine_checkpoints()
-
-from . import engine, models  # noqa: E402,F401  (registers the models)
+apply_patches()
 
 __all__ = ['__version__', 'version_info']

@@ -1,24 +1,29 @@
 """The registries of mmsoft, and how they join the OpenMMLab registry tree.
 
-mmsoft's own ``MODELS`` registry is a child of mmengine's root ``MODELS``
-registry with the scope ``'mmsoft'``, so ``type='mmsoft.SOFT'`` resolves from
-every toolbox. Each class is also registered in the root registry itself: a
-registry searches its ancestors for names without a scope, so
-``type='SOFT'`` then resolves under ``default_scope='mmpretrain'``, ``'mmdet'``
-and ``'mmseg'`` alike, without importing any of those toolboxes.
+mmsoft's ``MODELS`` and ``OPTIM_WRAPPERS`` registries are children of
+mmengine's root registries with the scope ``'mmsoft'``, so
+``type='mmsoft.SOFT'`` resolves from every toolbox. The few classes that
+configs of other toolboxes name without a scope (``type='SOFT'``) are also
+registered in the root registries, by
+:func:`mmsoft.process_patches.register_in_root_registry`, which says why for
+each.
 """
 from typing import Any
 
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import DefaultScope, Registry
 
 MODELS = Registry(
     'model', parent=MMENGINE_MODELS, scope='mmsoft',
     locations=['mmsoft.models'])
+OPTIM_WRAPPERS = Registry(
+    'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmsoft',
+    locations=['mmsoft.engine'])
 
 
 def register_model(cls: type) -> type:
-    """Register a model class in mmsoft's registry and in mmengine's root.
+    """Register a model class in mmsoft's registry.
 
     Args:
         cls (type): The ``nn.Module`` subclass to register.
@@ -27,7 +32,6 @@ def register_model(cls: type) -> type:
         type: ``cls`` unchanged, so this works as a class decorator.
     """
     MODELS.register_module(module=cls)
-    MMENGINE_MODELS.register_module(module=cls)
     return cls
 
 

@@ -28,6 +28,17 @@ def _replace_sync_bn(node: Any) -> int:
 _RUNS_IN_PROCESS = itertools.count()
 
 
+def _cpu_amp_type() -> str:
+    """The plain name where the root registry has it, else the scoped one."""
+    from mmengine.registry import OPTIM_WRAPPERS
+
+    from mmsoft.engine import CPUAmpOptimWrapper
+    if OPTIM_WRAPPERS.module_dict.get('CPUAmpOptimWrapper') is CPUAmpOptimWrapper:
+        return 'CPUAmpOptimWrapper'
+    return 'mmsoft.CPUAmpOptimWrapper'
+
+
+
 def load_config(path: str, cfg_options: Optional[dict] = None,
                 launcher: str = 'none', work_dir: Optional[str] = None) -> Config:
     """Read a config the way the entry points do.
@@ -85,7 +96,7 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
             wrapper.setdefault('loss_scale', 'dynamic')
             wrapper.setdefault('dtype', 'float16')
         else:
-            wrapper.type = 'CPUAmpOptimWrapper'
+            wrapper.type = _cpu_amp_type()
             wrapper.pop('loss_scale', None)
             wrapper['dtype'] = 'bfloat16'
     if not on_gpu:

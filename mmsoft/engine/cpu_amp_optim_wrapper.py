@@ -5,7 +5,8 @@ from typing import Iterator, Union
 import torch
 import torch.nn as nn
 from mmengine.optim import OptimWrapper
-from mmengine.registry import OPTIM_WRAPPERS
+
+from mmsoft.registry import OPTIM_WRAPPERS
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -13,8 +14,9 @@ class CPUAmpOptimWrapper(OptimWrapper):
     """Run forward and loss under CPU autocast (bfloat16 by default).
 
     bfloat16 keeps float32's exponent range, so no loss scaling is needed.
-    Registered in mmengine's root registry, so every toolbox's configs find
-    it by name.
+    Registered as ``'mmsoft.CPUAmpOptimWrapper'`` and, unless switched off
+    (see :mod:`mmsoft.process_patches`), as ``'CPUAmpOptimWrapper'`` in
+    mmengine's root registry, so every toolbox's configs find it by name.
 
     Args:
         dtype (str | torch.dtype): Autocast dtype. Defaults to

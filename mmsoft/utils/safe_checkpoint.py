@@ -4,8 +4,8 @@ torch >= 2.6 loads with ``weights_only=True`` by default, and released
 mmengine (0.10.x) calls ``torch.load`` without the argument, so resuming,
 ``load_from`` and ``init_cfg=dict(type='Pretrained')`` fail on mmengine's own
 checkpoints. Rather than switching the safe loader off,
-:func:`allow_mmengine_checkpoints` adds exactly the globals those checkpoints
-hold to torch's allow-list:
+:func:`safe_globals` lists exactly the globals those checkpoints hold, for
+torch's allow-list:
 
 - ``mmengine.logging.HistoryBuffer`` (the message hub's logged scalars);
 - numpy arrays, dtypes and scalars (inside those buffers);
@@ -14,17 +14,20 @@ hold to torch's allow-list:
   reach any attribute, and from there arbitrary code).
 
 Anything else, such as a pickle that calls ``os.system``, is still refused.
-:func:`load_local_checkpoint` replaces mmengine's loader for local paths so
-that every refusal or corrupt file names the file.
+:func:`load_local_checkpoint` loads with that allow-list (added for the call
+only) and names the file in every refusal. Whether ``import mmsoft`` also adds
+the allow-list to torch process-wide and makes mmengine load local paths
+through :func:`load_local_checkpoint` is decided in
+:mod:`mmsoft.process_patches`.
 """
+import contextlib
 import os.path as osp
 import pickle
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
-from mmengine.runner.checkpoint import CheckpointLoader
 
 _STATISTICS_METHODS = ('min', 'max', 'current', 'mean')
 
@@ -72,7 +75,7 @@ def _numpy_globals() -> List[Union[Callable, Tuple[Callable, str]]]:
 
 
 def safe_globals() -> List[Union[Callable, Tuple[Callable, str]]]:
-    """Everything :func:`allow_mmengine_checkpoints` adds to torch's allow-list."""
+    """The globals of mmengine checkpoints that weights-only loads allow."""
     return [
         HistoryBuffer,
         (history_buffer_method, 'builtins.getattr'),
@@ -80,30 +83,40 @@ def safe_globals() -> List[Union[Callable, Tuple[Callable, str]]]:
     ] + _numpy_globals()
 
 
-def allow_mmengine_checkpoints() -> None:
-    """Let ``torch.load(weights_only=True)`` read mmengine checkpoints.
+def _allow_list(extra: Sequence = ()) -> contextlib.AbstractContextManager:
+    """The allow-list (plus ``extra``) for one load, where torch supports it."""
+    if not hasattr(torch.serialization, 'safe_globals'):
+        return contextlib.nullcontext()  # torch < 2.5: the process-wide list only
+    # Leaving the context removes what it added, even entries that were on
+    # the process-wide list before: add only those that are not.
+    present = torch.serialization.get_safe_globals()
+    missing = [g for g in safe_globals() + list(extra) if g not in present]
+    return torch.serialization.safe_globals(missing)
 
-    Idempotent. Also makes local checkpoint paths load through
-    :func:`load_local_checkpoint`. Called once when ``mmsoft`` is imported.
-    """
-    if hasattr(torch.serialization, 'add_safe_globals'):
-        torch.serialization.add_safe_globals(safe_globals())
-    CheckpointLoader.register_scheme(
-        prefixes='', loader=load_local_checkpoint, force=True)
+
+def _refused_for_code(err: Exception) -> bool:
+    """Whether a weights-only refusal is about a disallowed object, not garbage."""
+    text = str(err)
+    return ('Unsupported global' in text or 'Unsupported class' in text
+            or 'Refusing getattr' in text)
 
 
 def load_local_checkpoint(filename: str,
-                          map_location: Optional[Union[str, Callable]] = None
-                          ) -> Dict[str, Any]:
+                          map_location: Optional[Union[str, Callable]] = None,
+                          extra_safe_globals: Sequence = ()) -> Any:
     """Load a local checkpoint with torch's weights-only loader and clear errors.
 
     Args:
         filename (str): Path of the checkpoint file.
         map_location (str | Callable, optional): As for :func:`torch.load`.
             Defaults to None.
+        extra_safe_globals (Sequence): Plain classes to allow besides
+            mmengine's (e.g. ``argparse.Namespace``), for this load only.
+            Defaults to ``()``.
 
     Returns:
-        dict: The loaded checkpoint.
+        The loaded object (a dict for every checkpoint torch or mmengine
+        writes).
 
     Raises:
         FileNotFoundError: The file does not exist.
@@ -116,15 +129,34 @@ def load_local_checkpoint(filename: str,
     if not osp.isfile(filename):
         raise FileNotFoundError(f'Checkpoint {filename} can not be found.')
     try:
-        return torch.load(filename, map_location=map_location, weights_only=True)
+        with _allow_list(extra_safe_globals):
+            return torch.load(filename, map_location=map_location,
+                              weights_only=True)
     except pickle.UnpicklingError as err:
-        raise pickle.UnpicklingError(
-            f'Refused to load checkpoint {filename}: it holds objects that a '
-            'weights-only load does not allow, which can run code. If you trust '
-            'its source, convert it once with torch.load(..., weights_only=False) '
-            f'and save its tensors again. Details: {err}') from err
+        if _refused_for_code(err):
+            raise pickle.UnpicklingError(
+                f'Refused to load checkpoint {filename}: it holds objects that '
+                'a weights-only load does not allow, which can run code. Load '
+                'only checkpoints of plain tensors; if you wrote this file '
+                'yourself, save its tensors again with torch.save. Details: '
+                f'{_reason(err)}') from err
+        raise RuntimeError(_not_a_checkpoint(filename, err)) from err
     except (RuntimeError, EOFError, ValueError) as err:
-        raise RuntimeError(
-            f'Checkpoint {filename} is truncated or not a torch checkpoint '
-            f'({type(err).__name__}: {err}). Re-download or re-save it; when '
-            'resuming, point --resume at an earlier checkpoint.') from err
+        raise RuntimeError(_not_a_checkpoint(filename, err)) from err
+
+
+def _reason(err: Exception) -> str:
+    """torch's reason in one line, without its advice to load unsafely."""
+    text = str(err)
+    marker = 'WeightsUnpickler error:'
+    if marker in text:
+        text = text[text.index(marker) + len(marker):]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def _not_a_checkpoint(filename: str, err: Exception) -> str:
+    detail = _reason(err)
+    return (f'Checkpoint {filename} is truncated or not a torch checkpoint '
+            f'({type(err).__name__}: {detail}). Re-download or re-save it; when '
+            'resuming, point --resume at an earlier checkpoint.')

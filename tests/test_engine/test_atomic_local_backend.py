@@ -35,3 +35,51 @@ def test_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
         backend.put(b'new checkpoint that never finishes', path)
     assert path.read_bytes() == b'complete checkpoint'
     assert os.listdir(tmp_path) == ['latest.pth']
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o027, 0o077])
+def test_saved_files_get_the_mode_open_would_give(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        save_checkpoint(dict(state_dict=dict(w=torch.ones(1))),
+                        str(tmp_path / 'epoch_1.pth'))
+        with open(tmp_path / 'plain', 'wb'):
+            pass
+    finally:
+        os.umask(old)
+    mode = (tmp_path / 'epoch_1.pth').stat().st_mode & 0o777
+    assert mode == (tmp_path / 'plain').stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def dead_pid():
+    """The pid of a process that has exited."""
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, '-c', 'pass'])
+    child.wait()
+    return child.pid
+
+
+def test_stale_temporaries_go_on_the_next_save_and_live_ones_stay(tmp_path):
+    import socket
+    import time
+
+    from mmsoft.engine.atomic_local_backend import is_temporary
+    host = socket.gethostname()
+    stale = tmp_path / f'.epoch_2.pth.tmp-{host}-{dead_pid()}-0123abcd'
+    running = tmp_path / f'.epoch_2.pth.tmp-{host}-{os.getpid()}-89abcdef'
+    elsewhere = tmp_path / f'.epoch_2.pth.tmp-{host}x-{dead_pid()}-0123abcd'
+    legacy_old = tmp_path / '.epoch_1.pth.k2j_x9ab'
+    legacy_new = tmp_path / '.epoch_3.pth.q1w2e3r4'
+    user_file = tmp_path / '.epoch_1.pth.notes'
+    for path in (stale, running, elsewhere, legacy_old, legacy_new, user_file):
+        path.write_bytes(b'partial')
+    hour_ago = time.time() - 3700
+    os.utime(legacy_old, (hour_ago, hour_ago))
+    assert all(map(is_temporary, (stale, running, elsewhere, legacy_old)))
+    assert not is_temporary(user_file) and not is_temporary(tmp_path / 'epoch_1.pth')
+
+    save_checkpoint(dict(state_dict=dict(w=torch.ones(1))), str(tmp_path / 'epoch_1.pth'))
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        p.name for p in (running, elsewhere, legacy_new, user_file,
+                         tmp_path / 'epoch_1.pth'))

@@ -131,3 +131,70 @@ def test_small_custom_arch_matches_the_released_forward(size):
         ours = model(img, mode='tensor')
     expected = official_forward(weights, img, arch=arch)
     assert (ours - expected).norm() / expected.norm() < 1e-4
+
+
+class CreatesFile:
+    """Pickles into a call that creates ``marker`` when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+def test_pickled_code_is_refused_and_never_run(tmp_path):
+    marker = tmp_path / 'marker'
+    src, dst = tmp_path / 'evil.pth', tmp_path / 'evil_out.pth'
+    weights = official_state_dict(seed=8)
+    torch.save(dict(state_dict=weights, payload=CreatesFile(marker)), src)
+    result = run_tool(src, dst)
+    assert result.returncode != 0
+    assert 'Refused to load checkpoint' in result.stderr
+    assert '--unsafe-load' in result.stderr
+    assert 'Converted' not in result.stdout
+    assert not marker.exists()
+    assert not dst.exists()
+
+
+def test_a_training_state_with_an_args_namespace_converts(tmp_path):
+    import argparse
+    weights = official_state_dict(seed=9)
+    src, dst = tmp_path / 'trained.pth', tmp_path / 'trained_out.pth'
+    torch.save(dict(state_dict=weights, epoch=299, arch='SOFT_Tiny',
+                    args=argparse.Namespace(lr=1e-3, model='SOFT_Tiny')), src)
+    assert call_tool(src, dst) == (0, '')
+    assert 'backbone.cls_token' in torch.load(dst, weights_only=True)['state_dict']
+
+
+def test_ema_only_file_selects_as_the_loader_does(tmp_path):
+    from mmsoft.models.utils import extract_state_dict
+    weights = official_state_dict(seed=10)
+    src, dst = tmp_path / 'ema_only.pth', tmp_path / 'ema_only_out.pth'
+    torch.save(dict(state_dict_ema=weights), src)
+    assert call_tool(src, dst) == (0, '')
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    selected = extract_state_dict(torch.load(src, weights_only=True))
+    torch.testing.assert_close(converted['backbone.cls_token'], selected['cls_token'])
+
+
+@pytest.mark.parametrize('payload,expected', [
+    (None, r'not a torch checkpoint'),
+    ([torch.ones(1)], r'holds a list, not a dict of weights'),
+    ({}, r'holds no tensors'),
+    (dict(epoch=3, arch='SOFT_Tiny'), r'holds no tensors'),
+    (dict(state_dict=dict(fc=torch.ones(1))), r'have no mapping'),
+])
+def test_inputs_that_are_not_soft_checkpoints_stop_the_tool(tmp_path, payload,
+                                                            expected):
+    import re
+    src, dst = tmp_path / 'input.pth', tmp_path / 'out.pth'
+    if payload is None:
+        src.write_bytes(bytes(range(256)) * 4)
+    else:
+        torch.save(payload, src)
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert re.search(expected, message), message
+    assert 'weights_only=False' not in message
+    assert not dst.exists()

@@ -127,3 +127,15 @@ def test_truncated_checkpoint_names_the_file(tmp_path):
         _load_checkpoint(str(bad))
     with pytest.raises(FileNotFoundError, match='missing.pth can not be found'):
         _load_checkpoint(str(tmp_path / 'missing.pth'))
+
+
+def test_random_bytes_are_not_a_checkpoint_and_get_no_unsafe_advice(tmp_path):
+    path = tmp_path / 'noise.pth'
+    path.write_bytes(torch.randint(0, 256, (4096,), dtype=torch.uint8,
+                                   generator=torch.Generator().manual_seed(0))
+                     .numpy().tobytes())
+    with pytest.raises(RuntimeError, match=r'noise\.pth is truncated or not a '
+                       r'torch checkpoint') as info:
+        _load_checkpoint(str(path))
+    assert 'weights_only=False' not in str(info.value)
+    assert 'can run code' not in str(info.value)

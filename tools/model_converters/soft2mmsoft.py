@@ -5,17 +5,28 @@ Example:
         checkpoints/soft_tiny_mmsoft.pth
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --ema
 
+The source is read weights-only: a checkpoint whose pickle carries code is
+refused, never run. Training states of the authors' code (timm or DeiT,
+with an ``args`` namespace beside the weights) read that way too;
+``--unsafe-load`` exists for a file you trust that holds other objects.
+
 The result loads strictly into the model of ``configs/soft_tiny_imagenet.py``
 (``load_from=out.pth``) and, with ``prefix='backbone.'``, into the backbone of
 any detection or segmentation config.
 """
 import argparse
 import os.path as osp
+import pickle
 import sys
 
 import torch
 
-from mmsoft.models.utils import convert_soft_state_dict, strip_prefix
+from mmsoft.models.utils import convert_soft_state_dict, extract_state_dict
+from mmsoft.utils import load_local_checkpoint
+
+# Plain classes the authors' training states hold besides tensors; unpickling
+# them sets attributes and runs no code.
+TRAINING_STATE_GLOBALS = (argparse.Namespace, )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -25,37 +36,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('dst', help='where to write the converted checkpoint')
     parser.add_argument('--ema', action='store_true',
                         help='convert the EMA weights (state_dict_ema)')
+    parser.add_argument('--unsafe-load', action='store_true',
+                        help='load SRC with weights_only=False, which RUNS ANY '
+                        'CODE pickled in it: only for a file you trust that the '
+                        'safe load refuses')
     return parser.parse_args(argv)
 
 
-def select_weights(checkpoint: dict, ema: bool) -> dict:
-    """Pick the state dict out of a released checkpoint."""
-    if ema:
-        if 'state_dict_ema' not in checkpoint:
-            raise SystemExit(f'--ema was given but the checkpoint has no '
-                             f'state_dict_ema (keys: {list(checkpoint)[:10]}).')
-        weights = checkpoint['state_dict_ema']
-    else:
-        for key in ('state_dict', 'model'):
-            if isinstance(checkpoint.get(key), dict):
-                weights = checkpoint[key]
-                break
-        else:
-            weights = checkpoint
-    return strip_prefix(weights, 'module.')
+def load_source(path: str, unsafe: bool = False) -> dict:
+    """Read ``path`` weights-only (or, with ``unsafe``, as a full pickle)."""
+    if unsafe:
+        return torch.load(path, map_location='cpu', weights_only=False)
+    return load_local_checkpoint(path, map_location='cpu',
+                                 extra_safe_globals=TRAINING_STATE_GLOBALS)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    # Released checkpoints are timm training states (argparse namespaces and
-    # the like), which a weights-only load refuses: read them only from a
-    # source you trust.
-    checkpoint = torch.load(args.src, map_location='cpu', weights_only=False)
-    weights = select_weights(checkpoint, args.ema)
+    try:
+        checkpoint = load_source(args.src, args.unsafe_load)
+        weights = extract_state_dict(checkpoint, ema=args.ema, source=args.src)
+    except pickle.UnpicklingError as err:
+        sys.exit(f'{err}\nOnly if you trust {args.src}: pass --unsafe-load.')
+    except (FileNotFoundError, RuntimeError, TypeError, KeyError,
+            ValueError) as err:
+        sys.exit(str(err.args[0]) if err.args else str(err))
     converted, leftovers = convert_soft_state_dict(weights, with_head=True)
     if leftovers:
         sys.exit(f'Stopped: {len(leftovers)} keys of {args.src} have no mapping: '
                  f'{leftovers}')
+    if not any(key.startswith('backbone.') for key in converted):
+        sys.exit(f'Stopped: {args.src} holds no SOFT backbone weights (keys: '
+                 f'{list(weights)[:10]}).')
     dirname = osp.dirname(osp.abspath(args.dst))
     if not osp.isdir(dirname):
         sys.exit(f'Output folder {dirname} does not exist.')

@@ -89,7 +89,8 @@ class SOFT(BaseModule):
             input holds NaN or Inf. Defaults to True.
         init_cfg (dict, optional): Initialisation; ``dict(type='Pretrained',
             checkpoint=..., prefix='backbone.')`` loads weights strictly,
-            resizing position embeddings. Defaults to None.
+            resizing position embeddings (``allow_extra_weights=True`` drops
+            the blocks of a deeper checkpoint on purpose). Defaults to None.
 
     Examples:
         >>> import torch
@@ -264,7 +265,9 @@ class SOFT(BaseModule):
             from ..utils.checkpoint_loading import load_pretrained
             load_pretrained(self, self.init_cfg['checkpoint'],
                             prefix=self.init_cfg.get('prefix'),
-                            map_location=self.init_cfg.get('map_location', 'cpu'))
+                            map_location=self.init_cfg.get('map_location', 'cpu'),
+                            allow_extra_weights=self.init_cfg.get(
+                                'allow_extra_weights', False))
             self._is_init = True
             return
         super().init_weights()

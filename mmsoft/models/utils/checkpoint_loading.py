@@ -1,5 +1,10 @@
-"""Strict, auditable loading of pretrained weights into a SOFT backbone."""
-from typing import Dict, Optional
+"""Strict, auditable loading of pretrained weights into a SOFT backbone.
+
+Also the one place that picks the weights out of a checkpoint file
+(:func:`extract_state_dict`), for ``init_cfg`` loading and for
+``tools/model_converters/soft2mmsoft.py`` alike.
+"""
+from typing import Any, Dict, List, Mapping, Optional
 
 import torch.nn as nn
 from mmengine.logging import MMLogger
@@ -9,15 +14,69 @@ from torch import Tensor
 from .ckpt_convert import convert_soft_state_dict, is_official_soft, strip_prefix
 from .pos_embed import resize_pos_embed
 
+# Where checkpoints keep their weights, in order of preference: mmengine and
+# timm (``state_dict``), DeiT (``model``), then an EMA-only file.
 STATE_DICT_KEYS = ('state_dict', 'model', 'state_dict_ema')
+EMA_KEY = 'state_dict_ema'
 
 
-def extract_state_dict(checkpoint: dict) -> Dict[str, Tensor]:
-    """The weights inside a checkpoint: under ``state_dict``/``model`` or bare."""
-    for key in STATE_DICT_KEYS:
-        if isinstance(checkpoint.get(key), dict):
-            return strip_prefix(checkpoint[key], 'module.')
-    return strip_prefix(checkpoint, 'module.')
+def extract_state_dict(checkpoint: Any, ema: bool = False,
+                       source: str = 'the checkpoint') -> Dict[str, Tensor]:
+    """The weights inside a loaded checkpoint, without DDP's ``module.`` prefix.
+
+    Looks under ``state_dict``, ``model`` and ``state_dict_ema``, in this
+    order, and takes a dict without any of them as bare weights.
+
+    Args:
+        checkpoint: What ``torch.load`` returned.
+        ema (bool): Take the EMA weights (``state_dict_ema``) and fail if the
+            checkpoint has none. Defaults to False.
+        source (str): How to name the checkpoint in errors, e.g. its path.
+            Defaults to ``'the checkpoint'``.
+
+    Returns:
+        dict[str, Tensor]: The weights.
+
+    Raises:
+        TypeError: ``checkpoint`` is not a dict.
+        KeyError: ``ema`` is set and there is no ``state_dict_ema``.
+        ValueError: The weights hold no tensor.
+
+    Examples:
+        >>> import torch
+        >>> ckpt = dict(state_dict={'module.w': torch.ones(1)}, epoch=3)
+        >>> list(extract_state_dict(ckpt))
+        ['w']
+    """
+    if not isinstance(checkpoint, Mapping):
+        raise TypeError(f'{source} holds a {type(checkpoint).__name__}, not a '
+                        'dict of weights: it is not a model checkpoint.')
+    if ema:
+        if not isinstance(checkpoint.get(EMA_KEY), Mapping):
+            raise KeyError(f'EMA weights were asked for but {source} has no '
+                           f'{EMA_KEY} (keys: {list(checkpoint)[:10]}); leave '
+                           'out the EMA option to load its plain weights.')
+        weights = checkpoint[EMA_KEY]
+    else:
+        weights = next((checkpoint[key] for key in STATE_DICT_KEYS
+                        if isinstance(checkpoint.get(key), Mapping)), checkpoint)
+    if not any(isinstance(value, Tensor) for value in weights.values()):
+        raise ValueError(f'{source} holds no tensors (keys: {list(weights)[:10]}); '
+                         'it is not a model checkpoint.')
+    return strip_prefix(weights, 'module.')
+
+
+def _extra_weights(own: Mapping[str, Tensor], unexpected: List[str]) -> List[str]:
+    """Leftover keys inside a part the model has: blocks of a deeper arch.
+
+    Keys of parts the model does not build (stages after the last of
+    ``out_indices``, a classifier head) are not among them.
+    """
+    def part(key: str) -> str:
+        return '.'.join(key.split('.')[:2])
+
+    built = {part(key) for key in own}
+    return [key for key in unexpected if part(key) in built]
 
 
 def _resize_pos_embeds(model: nn.Module, state: Dict[str, Tensor],
@@ -34,13 +93,16 @@ def _resize_pos_embeds(model: nn.Module, state: Dict[str, Tensor],
 
 
 def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = None,
-                    map_location: str = 'cpu') -> None:
+                    map_location: str = 'cpu',
+                    allow_extra_weights: bool = False) -> None:
     """Load weights into ``model`` and fail loudly when they do not fit.
 
     Takes mmsoft/mmpretrain checkpoints (use ``prefix='backbone.'`` for a
     classifier's) and released SOFT checkpoints (converted on the fly).
-    Position embeddings of another size are resized; keys of the checkpoint
-    that the model lacks (a classifier head, say) are logged.
+    Position embeddings of another size are resized. Keys of parts the model
+    does not have (a classifier head, stages it does not build) are logged;
+    weights that do not fit a part it has (the extra blocks of a deeper
+    arch) are an error unless ``allow_extra_weights``.
 
     Args:
         model (nn.Module): The backbone.
@@ -48,15 +110,20 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
         prefix (str, optional): Keep only keys with this prefix, removing it.
             Defaults to None.
         map_location (str): Device to load to. Defaults to ``'cpu'``.
+        allow_extra_weights (bool): Load a deeper checkpoint into a shallower
+            model on purpose, dropping the blocks it has no place for
+            (``init_cfg=dict(..., allow_extra_weights=True)``). Defaults to
+            False.
 
     Raises:
-        KeyError: No key carries ``prefix``, no key matches the model, or
-            some of the model's weights are missing; the message names them.
+        KeyError: No key carries ``prefix``, no key matches the model, some
+            of the model's weights are missing, or the checkpoint has weights
+            for blocks the model lacks; the message names them.
         ValueError: Shapes differ; the message lists the keys and both shapes.
     """
     logger = MMLogger.get_current_instance()
     checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location)
-    state = extract_state_dict(checkpoint)
+    state = extract_state_dict(checkpoint, source=filename)
     if prefix:
         selected = {
             k[len(prefix):]: v
@@ -93,6 +160,14 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
         raise ValueError(f'Shapes of {filename} do not fit the model (is the arch '
                          f'the same?): ' + '; '.join(mismatched))
     unexpected = [k for k in state if k not in own]
+    extra = _extra_weights(own, unexpected)
+    if extra and not allow_extra_weights:
+        raise KeyError(
+            f'{filename} has {len(extra)} weights that {type(model).__name__} has '
+            f'no place for: {extra[:8]}{" ..." if len(extra) > 8 else ""}. The '
+            'checkpoint is most likely of a deeper arch (another size): choose '
+            'the matching arch, or set init_cfg.allow_extra_weights=True to drop '
+            'them on purpose.')
     model.load_state_dict({k: state[k] for k in matched}, strict=True)
     logger.info(f'Loaded {len(matched)} weights from {filename}' +
                 (f'; ignored {unexpected}' if unexpected else ''))

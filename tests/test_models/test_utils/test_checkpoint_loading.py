@@ -121,3 +121,42 @@ def test_loads_that_do_not_fit_are_errors(tmp_path):
     with pytest.raises(ValueError, match=r'stages\.2\.0\.attn\.q\.weight: checkpoint '
                        r'\(32, 32\) vs model \(48, 48\)'):
         model.init_weights()
+
+
+DEEPER = dict(ARCH, depths=[1, 2, 2, 2])
+
+
+def test_a_deeper_checkpoint_is_an_error_naming_the_extra_blocks(tmp_path):
+    torch.manual_seed(0)
+    deeper = SOFT(arch=DEEPER)
+    torch.save(dict(state_dict=deeper.state_dict()), tmp_path / 'deeper.pth')
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained',
+                                          checkpoint=str(tmp_path / 'deeper.pth')))
+    with pytest.raises(KeyError, match=r"deeper\.pth has \d+ weights that SOFT has "
+                       r"no place for: \['stages\.1\.1\..*another size"):
+        model.init_weights()
+    # Dropping them on purpose is an option.
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained', allow_extra_weights=True,
+                                          checkpoint=str(tmp_path / 'deeper.pth')))
+    model.init_weights()
+    torch.testing.assert_close(model.stages[1][0].attn.q.weight,
+                               deeper.stages[1][0].attn.q.weight)
+
+
+def test_a_deeper_released_checkpoint_is_an_error(tmp_path):
+    path = tmp_path / 'released_small.pth'
+    torch.save(dict(model=official_state_dict(arch=SOFT.arch_zoo['small'], seed=11)), path)
+    model = SOFT(arch='tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(KeyError, match=r"no place for: \['stages\.1\.2\..*another "
+                       r'size'):
+        model.init_weights()
+
+
+def test_stages_that_are_not_built_are_not_extra(tmp_path):
+    source = classifier_checkpoint(tmp_path / 'cls.pth')
+    model = SOFT(arch=ARCH, out_type='featmap', out_indices=(0, 1),
+                 init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'),
+                               prefix='backbone.'))
+    model.init_weights()
+    torch.testing.assert_close(model.stages[1][0].attn.q.weight,
+                               source.backbone.stages[1][0].attn.q.weight)
