@@ -4,12 +4,13 @@
 # Multi-node: NNODES, NODE_RANK, MASTER_ADDR and PORT as for dist_train.sh.
 # Example: tools/dist_test.sh configs/soft_tiny_imagenet.py soft_tiny.pth 8
 set -euo pipefail
+USAGE="usage: $0 CONFIG CHECKPOINT GPUS [test.py args...]"
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 0
 fi
 if [ $# -lt 3 ]; then
-    echo "usage: $0 CONFIG CHECKPOINT GPUS [test.py args...]" >&2
+    echo "$USAGE" >&2
     exit 2
 fi
 CONFIG=$1
@@ -20,6 +21,16 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+
+. "$(dirname "$0")/launcher_args.sh"
+require_count GPUS "$GPUS" 1 "$USAGE"
+require_count NNODES "$NNODES" 1 "$USAGE"
+require_count NODE_RANK "$NODE_RANK" 0 "$USAGE"
+require_count PORT "$PORT" 1 "$USAGE"
+if [ "$NODE_RANK" -ge "$NNODES" ]; then
+    echo "$(basename "$0"): NODE_RANK ($NODE_RANK) must be below NNODES ($NNODES)." >&2
+    exit 2
+fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS > 0 ? $(nproc) / GPUS : 1 ))}
 
 PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \

@@ -4,13 +4,16 @@
 #   tools/dist_train.sh CONFIG GPUS [train.py args...]
 # Multi-node: NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 PORT=29500 tools/dist_train.sh ...
 # Example: tools/dist_train.sh configs/soft_tiny_imagenet.py 8 --amp
+# SIGTERM or SIGINT to this script ends every worker (torchrun forwards the
+# signal, waits 30 s, then kills); workers also stop when it is SIGKILLed.
 set -euo pipefail
+USAGE="usage: $0 CONFIG GPUS [train.py args...]"
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 0
 fi
 if [ $# -lt 2 ]; then
-    echo "usage: $0 CONFIG GPUS [train.py args...]" >&2
+    echo "$USAGE" >&2
     exit 2
 fi
 CONFIG=$1
@@ -20,6 +23,16 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+
+. "$(dirname "$0")/launcher_args.sh"
+require_count GPUS "$GPUS" 1 "$USAGE"
+require_count NNODES "$NNODES" 1 "$USAGE"
+require_count NODE_RANK "$NODE_RANK" 0 "$USAGE"
+require_count PORT "$PORT" 1 "$USAGE"
+if [ "$NODE_RANK" -ge "$NNODES" ]; then
+    echo "$(basename "$0"): NODE_RANK ($NODE_RANK) must be below NNODES ($NNODES)." >&2
+    exit 2
+fi
 # CPU runs: one intra-op thread pool per process, not one per core each.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS > 0 ? $(nproc) / GPUS : 1 ))}
 

@@ -4,12 +4,13 @@
 #       tools/slurm_test.sh PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]
 # Example: tools/slurm_test.sh dev soft-tiny configs/soft_tiny_imagenet.py soft_tiny.pth
 set -euo pipefail
+USAGE="usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]"
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 0
 fi
 if [ $# -lt 4 ]; then
-    echo "usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [test.py args...]" >&2
+    echo "$USAGE" >&2
     exit 2
 fi
 PARTITION=$1
@@ -21,6 +22,11 @@ GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
+
+. "$(dirname "$0")/launcher_args.sh"
+require_count GPUS "$GPUS" 1 "$USAGE"
+require_count GPUS_PER_NODE "$GPUS_PER_NODE" 1 "$USAGE"
+require_count CPUS_PER_TASK "$CPUS_PER_TASK" 1 "$USAGE"
 
 # shellcheck disable=SC2086
 PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \

@@ -16,6 +16,7 @@ from mmsoft.apis import (
     init_cpu_distributed,
     load_config,
     prepare_config,
+    stop_with_launcher,
 )
 
 
@@ -41,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     """Run the evaluation; returns the metrics (rank 0 holds them all)."""
     args = parse_args(argv)
+    stop_with_launcher()
     cfg = load_config(args.config, args.cfg_options, args.launcher, args.work_dir)
     cfg.load_from = args.checkpoint
     if args.amp:

@@ -14,11 +14,15 @@ from mmengine.runner import Runner
 
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
 from mmsoft.apis import (
+    WorkDirLock,
     finish_distributed,
+    global_rank,
     init_cpu_distributed,
     load_config,
     prepare_config,
+    stop_with_launcher,
 )
+from mmsoft.engine.atomic_local_backend import is_temporary, remove_stale_temporaries
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,21 +49,41 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> Runner:
-    """Run the training; returns the Runner that ran it."""
+    """Run the training; returns the Runner that ran it.
+
+    The run holds ``<work_dir>/train.lock`` while it trains (rank 0 takes
+    it), so a second run, a ``--resume`` included, refuses to start on the
+    same work dir while the first one runs.
+    """
     args = parse_args(argv)
+    stop_with_launcher()
     cfg = load_config(args.config, args.cfg_options, args.launcher, args.work_dir)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume:
+        if is_temporary(args.resume):
+            raise ValueError(f'{args.resume} is the temporary file of a checkpoint '
+                             'write that never finished, not a checkpoint; resume '
+                             'from a checkpoint without the leading dot, or use '
+                             '--resume alone for the latest one.')
         cfg.resume, cfg.load_from = True, args.resume
     if args.auto_scale_lr:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
-    prepare_config(cfg, amp=args.amp)
-    init_cpu_distributed(args.launcher)
-    runner = Runner.from_cfg(cfg)
-    runner.train()
+    lock = WorkDirLock(cfg.work_dir) if global_rank() == 0 else None
+    if lock:
+        lock.acquire()
+    try:
+        if lock and args.resume:
+            for path in remove_stale_temporaries(cfg.work_dir):
+                print(f'Removed {path}, left by a checkpoint write that was killed.')
+        prepare_config(cfg, amp=args.amp)
+        init_cpu_distributed(args.launcher)
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+    finally:
+        if lock:
+            lock.release()
     return runner
-
 
 if __name__ == '__main__':
     try:

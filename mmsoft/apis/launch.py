@@ -3,6 +3,10 @@ import gc
 import itertools
 import os
 import os.path as osp
+import signal
+import sys
+import threading
+import time
 from typing import Any, Optional
 
 import torch
@@ -144,3 +148,52 @@ def finish_distributed() -> None:
     dist.destroy_process_group()
     gc.collect()  # reference cycles that keep a DDP wrapper, and the group, alive
     del group  # the last reference: the group's destructor joins its threads
+
+
+def stop_with_launcher(poll_s: float = 1.0, grace_s: float = 30.0) -> bool:
+    """End this worker when the launcher that started it is gone.
+
+    torchrun starts each worker in a session of its own, so a SIGKILL to the
+    launcher (or to the launcher's process group) cannot reach the workers,
+    and they would train on and write checkpoints. On SIGTERM or SIGINT the
+    launcher ends them itself; this covers SIGKILL: a daemon thread notices
+    that the worker's parent has changed and sends SIGTERM to the worker's
+    process group (itself and its data loader workers), then SIGKILL after
+    ``grace_s``. It does nothing unless the process was started by torchrun.
+
+    Args:
+        poll_s (float): How often to check the parent. Defaults to 1.0.
+        grace_s (float): Time between SIGTERM and SIGKILL. Defaults to 30.
+
+    Returns:
+        bool: Whether the watch was started.
+    """
+    if 'TORCHELASTIC_RUN_ID' not in os.environ:
+        return False
+    launcher = os.getppid()
+    own_group = os.getpgid(0) == os.getpid()
+
+    def end(sig: int) -> None:
+        if own_group:
+            os.killpg(os.getpid(), sig)
+        else:
+            os.kill(os.getpid(), sig)
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(poll_s)
+        print(f'mmsoft: the launcher (pid {launcher}) is gone; ending worker '
+              f'{os.getpid()} (rank {os.environ.get("RANK", "?")}).',
+              file=sys.stderr, flush=True)
+        end(signal.SIGTERM)
+        time.sleep(grace_s)
+        end(signal.SIGKILL)
+
+    threading.Thread(target=watch, name='mmsoft-launcher-watch',
+                     daemon=True).start()
+    return True
+
+
+def global_rank() -> int:
+    """This process's rank from the launcher's environment (0 without one)."""
+    return int(os.environ.get('RANK', os.environ.get('SLURM_PROCID', 0)))

@@ -367,3 +367,130 @@ def test_entry_points_join_gloo_threads_before_exit(digits, tmp_path):
     assert result.returncode == 0, log[-3000:]
     assert 'accuracy/top1' in log
     assert 'gloo threads left: []' in log, log[-3000:]
+
+
+@pytest.mark.parametrize('script,args', [
+    ('dist_train.sh', ['c.py', '{n}']), ('dist_test.sh', ['c.py', 'w.pth', '{n}']),
+])
+@pytest.mark.parametrize('count', ['abc', '0', '-1', '2x', '08'])
+def test_dist_scripts_check_the_process_count(script, args, count):
+    result = subprocess.run(
+        [str(REPO / 'tools' / script), *(a.format(n=count) for a in args)],
+        cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert f"GPUS must be a whole number >= 1, got '{count}'" in result.stderr
+    assert f'usage: {REPO / "tools" / script}' in result.stderr
+
+
+@pytest.mark.parametrize('script,args', [
+    ('slurm_train.sh', ['p', 'j', 'c.py']), ('slurm_test.sh', ['p', 'j', 'c.py', 'w']),
+])
+@pytest.mark.parametrize('variable', ['GPUS', 'GPUS_PER_NODE', 'CPUS_PER_TASK'])
+def test_slurm_scripts_check_their_counts(script, args, variable):
+    result = subprocess.run([str(REPO / 'tools' / script), *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, variable: 'x'})
+    assert result.returncode == 2
+    assert f"{variable} must be a whole number >= 1, got 'x'" in result.stderr
+    assert f'usage: {REPO / "tools" / script}' in result.stderr
+
+
+def process_state(pid: int) -> str:
+    """'R', 'S', ... for a live process, 'Z' for a zombie, '' once it is gone."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return ''
+
+
+def children(pid: int) -> list:
+    """The pids whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open(f'/proc/{entry}/stat') as f:
+                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                found.append(int(entry))
+    return found
+
+
+def wait_for(condition, timeout: float) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def start_dist_train(config, work, port, log):
+    """dist_train.sh with 2 workers, in its own process group; the worker pids."""
+    proc = subprocess.Popen(
+        [str(REPO / 'tools/dist_train.sh'), str(config), '2', '--work-dir', str(work)],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, 'PORT': str(port), 'OMP_NUM_THREADS': '1'})
+    started = wait_for(lambda: (work / 'train.lock').exists()
+                       and len(children(proc.pid)) == 2, 300)
+    assert started and proc.poll() is None, 'training did not start'
+    return proc, children(proc.pid)
+
+
+@pytest.mark.slow
+def test_sigkill_to_the_launcher_group_ends_the_workers_and_the_lock_refuses_a_resume(
+        digits, tmp_path):
+    import importlib.util
+
+    from mmsoft.apis import WorkDirLock
+    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools/train.py')
+    train_tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_tool)
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=50)
+    work = tmp_path / 'work'
+    with open(tmp_path / 'launcher.log', 'w') as log:
+        proc, workers = start_dist_train(config, work, 29661, log)
+        try:
+            holder = WorkDirLock(str(work)).holder()
+            assert holder['pid'] in workers
+            with pytest.raises(RuntimeError, match=rf"Another training run holds "
+                               rf".*train\.lock \(pid {holder['pid']} on host"):
+                train_tool.main([str(config), '--work-dir', str(work), '--resume'])
+            os.killpg(proc.pid, signal.SIGKILL)  # as a scheduler or `kill -9 -PGID`
+            proc.wait()
+            ended = wait_for(lambda: all(process_state(p) in ('', 'Z') for p in workers),
+                             120)
+        finally:
+            for pid in workers:
+                if process_state(pid) not in ('', 'Z'):
+                    os.kill(pid, signal.SIGKILL)
+    assert ended, (tmp_path / 'launcher.log').read_text()[-3000:]
+    assert 'the launcher (pid' in (tmp_path / 'launcher.log').read_text()
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_ends_every_worker(digits, tmp_path):
+    from mmsoft.apis import WorkDirLock
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=50)
+    work = tmp_path / 'work'
+    with open(tmp_path / 'launcher.log', 'w') as log:
+        proc, workers = start_dist_train(config, work, 29671, log)
+        try:
+            proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID`
+            proc.wait(timeout=120)
+            ended = wait_for(lambda: all(process_state(p) in ('', 'Z') for p in workers),
+                             60)
+        finally:
+            for pid in workers:
+                if process_state(pid) not in ('', 'Z'):
+                    os.kill(pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert ended, (tmp_path / 'launcher.log').read_text()[-3000:]
+    # The killed run's lock is stale: the next run takes it over.
+    lock = WorkDirLock(str(work))
+    lock.acquire()
+    lock.release()
+    assert not (work / 'train.lock').exists()
