@@ -22,7 +22,7 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 
-. "$(dirname "$0")/launcher_args.sh"
+. "$(dirname "$0")/lib/launcher_args.sh"
 require_count GPUS "$GPUS" 1 "$USAGE"
 require_count NNODES "$NNODES" 1 "$USAGE"
 require_count NODE_RANK "$NODE_RANK" 0 "$USAGE"

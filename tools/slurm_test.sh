@@ -23,7 +23,7 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
 
-. "$(dirname "$0")/launcher_args.sh"
+. "$(dirname "$0")/lib/launcher_args.sh"
 require_count GPUS "$GPUS" 1 "$USAGE"
 require_count GPUS_PER_NODE "$GPUS_PER_NODE" 1 "$USAGE"
 require_count CPUS_PER_TASK "$CPUS_PER_TASK" 1 "$USAGE"
