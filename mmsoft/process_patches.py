@@ -41,18 +41,23 @@ ENV_VAR = 'MMSOFT_DISABLE_PATCHES'
 # from other scopes. A registry searches its ancestors for names without a
 # scope, so a name in the root resolves under default_scope='mmpretrain',
 # 'mmdet' and 'mmseg' alike without importing those toolboxes.
+_MIXER_REASON = ("a token mixer: other toolboxes' layers and configs name it "
+                 'without a scope, to compare attentions in their own models')
 ROOT_MODEL_NAMES: Dict[str, str] = {
     'SOFT': "the backbone: mmpretrain, mmdet and mmseg configs name it "
             "type='SOFT' under their own default scope",
-    'SOFTAttention': 'the token mixer: attention configs of the toolboxes\' '
-                     "own layers name it type='SOFTAttention'",
+    'SOFTAttention': _MIXER_REASON,
+    'SoftmaxAttention2d': _MIXER_REASON,
+    'SpatialReductionAttention': _MIXER_REASON,
+    'PerformerAttention': _MIXER_REASON,
+    'NystromAttention': _MIXER_REASON,
 }
 ROOT_OPTIM_WRAPPER_NAMES: Dict[str, str] = {
     'CPUAmpOptimWrapper': "--amp on CPU: prepare_config and configs of every "
                           "toolbox name it type='CPUAmpOptimWrapper'",
 }
-# Everything else (the peer attentions) is found as 'mmsoft.<name>' or through
-# SOFT's attn_cfg, which builds in mmsoft's scope.
+# Everything else (the blocks, patch embeddings and so on) is found as
+# 'mmsoft.<name>' or built inside SOFT in mmsoft's scope.
 
 _STATUS: Dict[str, str] = {}
 
@@ -143,15 +148,15 @@ def write_local_files_atomically() -> str:
 def register_in_root_registry() -> str:
     """Register a few of mmsoft's classes in mmengine's root registries too.
 
-    What: ``SOFT`` and ``SOFTAttention`` go into mmengine's root ``MODELS``,
-    ``CPUAmpOptimWrapper`` into its root ``OPTIM_WRAPPERS`` (every class is
-    in mmsoft's own registries anyway).
+    What: the backbone ``SOFT`` and the token mixers (``SOFTAttention`` and
+    its peers) go into mmengine's root ``MODELS``, ``CPUAmpOptimWrapper``
+    into its root ``OPTIM_WRAPPERS`` (every class is in mmsoft's own
+    registries anyway).
 
     Why: configs of mmpretrain, mmdet and mmseg build under their own default
     scope and name these ``type='SOFT'`` and so on; ``ROOT_MODEL_NAMES`` and
-    ``ROOT_OPTIM_WRAPPER_NAMES`` give the reason for each. The peer attentions
-    stay out of the root: they are found through SOFT's ``attn_cfg`` or as
-    ``'mmsoft.<name>'``.
+    ``ROOT_OPTIM_WRAPPER_NAMES`` give the reason for each. Nothing else
+    (blocks, patch embeddings) goes there.
 
     Without it: write ``type='mmsoft.SOFT'`` (works from every scope).
     A name a root registry already holds is left as it is.

@@ -18,6 +18,7 @@ import mmsoft  # noqa: F401
 from mmsoft import process_patches
 from mmsoft.engine import AtomicLocalBackend, CPUAmpOptimWrapper
 from mmsoft.models import SOFT, SOFTAttention
+from mmsoft.registry import MODELS
 from mmsoft.utils import load_local_checkpoint
 
 
@@ -30,9 +31,20 @@ def test_every_patch_is_applied_by_default(tmp_path):
     assert ROOT_MODELS.module_dict['SOFT'] is SOFT
     assert ROOT_MODELS.module_dict['SOFTAttention'] is SOFTAttention
     assert ROOT_OPTIM_WRAPPERS.module_dict['CPUAmpOptimWrapper'] is CPUAmpOptimWrapper
-    # Only the names that must be found from other scopes are in the root.
-    assert 'PerformerAttention' not in ROOT_MODELS.module_dict
-    assert all(process_patches.ROOT_MODEL_NAMES.values())
+    assert all(process_patches.ROOT_MODEL_NAMES.values())  # each says why
+
+
+def test_only_the_listed_names_go_into_the_root_registry():
+    class InternalPart(torch.nn.Module):
+        pass
+
+    MODELS.register_module(module=InternalPart)
+    try:
+        assert process_patches.register_in_root_registry() == 'applied'
+        assert 'InternalPart' not in ROOT_MODELS.module_dict
+        assert MODELS.get('mmsoft.InternalPart') is InternalPart
+    finally:
+        MODELS.module_dict.pop('InternalPart')
 
 
 def test_the_environment_variable_switches_every_patch_off(tmp_path):
