@@ -161,7 +161,7 @@ def _tiled_lowrank(q: Tensor, k: Tensor, v: Tensor, middle) -> Tensor:
     """
     batch, n, _ = q.shape
     m = k.shape[-2]
-    rows = max(1, TILE_ELEMENTS // (batch * m))
+    rows = max(1, TILE_ELEMENTS // max(1, batch * m))  # batch 0: empty output
     q_aug, k_aug = augmented_points(q, k)
     k_aug = k_aug.transpose(-2, -1)
     buffer = q.new_empty(batch * min(rows, n) * m)

@@ -12,7 +12,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmsoft.registry import register_model
 
+from ..utils.init_summary import begin_init_log, end_init_log
 from ..utils.pos_embed import resize_pos_embed
+from .arch_checks import check_arguments, check_batch, empty_outputs
 from .soft_blocks import ClassTokenBlock, ConvPatchEmbed, SOFTBlock
 
 _TINY = dict(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16],
@@ -38,7 +40,9 @@ class SOFT(BaseModule):
     9, 5, 3); stage 4 prepends a class token and uses pre-norm softmax
     attention blocks. Each stage adds learned position embeddings defined for
     ``img_size`` and resized bilinearly to the actual grid, so any input of
-    at least 32 px works. Parameter names follow :mod:`mmsoft`'s layout;
+    at least 32 px works (training at batch 1 needs more than 32 px on one
+    side: stage 4's BatchNorm needs more than one value per channel).
+    Parameter names follow :mod:`mmsoft`'s layout;
     ``tools/model_converters/soft2mmsoft.py`` converts released checkpoints.
 
     Args:
@@ -136,6 +140,8 @@ class SOFT(BaseModule):
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self.parse_arch(arch)
+        check_arguments(self.arch_settings, in_channels, img_size, drop_rate,
+                        drop_path_rate)
         s = self.arch_settings
         self.embed_dims: List[int] = list(s['embed_dims'])
         self.depths: List[int] = list(s['depths'])
@@ -270,6 +276,7 @@ class SOFT(BaseModule):
                                 'allow_extra_weights', False))
             self._is_init = True
             return
+        begin_init_log(self)  # one summary line, not one per parameter
         super().init_weights()
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -283,6 +290,7 @@ class SOFT(BaseModule):
             trunc_normal_(pos_embed, std=.02)
         if hasattr(self, 'cls_token'):
             trunc_normal_(self.cls_token, std=.02)
+        end_init_log(self)
 
     def _stage_parts(self, stage: int) -> List[Union[nn.Module, nn.Parameter]]:
         parts = [self.patch_embeds[stage], self.pos_embeds[stage], self.stages[stage]]
@@ -362,6 +370,7 @@ class SOFT(BaseModule):
             bad = int((~torch.isfinite(x)).sum())
             raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
                              'or pass check_finite=False to skip this check.')
+        check_batch(self, x, self.num_stages)  # dtype; batch 1 in training
 
     def _run_block(self, block: nn.Module, x: Tensor, hw: Tuple[int, int]) -> Tensor:
         if self.with_cp and x.requires_grad:
@@ -371,6 +380,8 @@ class SOFT(BaseModule):
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Images (B, C, H, W) to a tuple of outputs (see ``out_type``)."""
         self.check_input(x)
+        if x.shape[0] == 0:
+            return empty_outputs(self, x)
         batch = x.shape[0]
         outs = []
         for i in range(self.num_stages):
