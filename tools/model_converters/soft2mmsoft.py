@@ -4,6 +4,7 @@ Example:
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth \
         checkpoints/soft_tiny_mmsoft.pth
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --ema
+    python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --newton ridge
 
 The source is read weights-only: a checkpoint whose pickle carries code is
 refused, never run. Training states of the authors' code (timm or DeiT,
@@ -12,7 +13,10 @@ with an ``args`` namespace beside the weights) read that way too;
 
 The result loads strictly into the model of ``configs/soft_tiny_imagenet.py``
 (``load_from=out.pth``) and, with ``prefix='backbone.'``, into the backbone of
-any detection or segmentation config.
+any detection or segmentation config. The checkpoint records the Newton
+inverse (``--newton``, default ``backoff``: the one every release was trained
+with); the backbone takes it on load and logs it, so ``tools/test.py CONFIG
+out.pth`` evaluates the released network without further flags.
 """
 import argparse
 import os.path as osp
@@ -22,6 +26,7 @@ import sys
 import torch
 
 from mmsoft.models.utils import convert_soft_state_dict, extract_state_dict
+from mmsoft.models.utils.ckpt_convert import NEWTON_CODES, RELEASED_NEWTON
 from mmsoft.utils import load_local_checkpoint
 
 # Plain classes the authors' training states hold besides tensors; unpickling
@@ -40,6 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='load SRC with weights_only=False, which RUNS ANY '
                         'CODE pickled in it: only for a file you trust that the '
                         'safe load refuses')
+    parser.add_argument('--newton', choices=tuple(NEWTON_CODES),
+                        default=RELEASED_NEWTON,
+                        help='Newton inverse recorded in the checkpoint: backoff '
+                        '(the released models\' inverse, default) or ridge '
+                        "(mmsoft's training default, A2 + 0.01 I)")
     return parser.parse_args(argv)
 
 
@@ -61,11 +71,13 @@ def main(argv=None) -> None:
     except (FileNotFoundError, RuntimeError, TypeError, KeyError,
             ValueError) as err:
         sys.exit(str(err.args[0]) if err.args else str(err))
-    converted, leftovers = convert_soft_state_dict(weights, with_head=True)
+    converted, leftovers = convert_soft_state_dict(weights, with_head=True,
+                                                   newton=args.newton)
     if leftovers:
         sys.exit(f'Stopped: {len(leftovers)} keys of {args.src} have no mapping: '
                  f'{leftovers}')
-    if not any(key.startswith('backbone.') for key in converted):
+    if not any(key.startswith('backbone.') and key != 'backbone.newton_variant'
+               for key in converted):
         sys.exit(f'Stopped: {args.src} holds no SOFT backbone weights (keys: '
                  f'{list(weights)[:10]}).')
     dirname = osp.dirname(osp.abspath(args.dst))
@@ -73,8 +85,9 @@ def main(argv=None) -> None:
         sys.exit(f'Output folder {dirname} does not exist.')
     torch.save(dict(state_dict=converted,
                     meta=dict(converted_from=osp.basename(args.src),
-                              ema=args.ema)), args.dst)
-    print(f'Converted {len(converted)} tensors from {args.src} to {args.dst}.')
+                              ema=args.ema, newton=args.newton)), args.dst)
+    print(f'Converted {len(converted)} tensors from {args.src} to {args.dst} '
+          f'(Newton inverse: {args.newton}).')
 
 
 if __name__ == '__main__':
