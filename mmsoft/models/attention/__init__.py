@@ -1,4 +1,6 @@
 """Attention modules: SOFT and the peers it is compared with."""
+from .agent import AgentAttention
+from .focused_linear import FocusedLinearAttention
 from .peers import (
                     NystromAttention,
                     PerformerAttention,
@@ -9,5 +11,6 @@ from .soft_attention import SOFTAttention
 
 __all__ = [
     'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
-    'PerformerAttention', 'NystromAttention'
+    'PerformerAttention', 'NystromAttention', 'FocusedLinearAttention',
+    'AgentAttention'
 ]
