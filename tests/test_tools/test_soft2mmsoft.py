@@ -77,10 +77,10 @@ def test_ema_flag_picks_the_ema_weights(released, tmp_path):
     checkpoint = torch.load(out, weights_only=True)
     converted = checkpoint['state_dict']
     classifier().load_state_dict(converted, strict=True)
-    torch.testing.assert_close(converted['backbone.cls_token'], ema['cls_token'])
+    torch.testing.assert_close(converted['backbone.stages.3.cls_token'], ema['cls_token'])
     torch.testing.assert_close(converted['head.fc.weight'], ema['head.weight'])
     torch.testing.assert_close(
-        converted['backbone.stages.2.1.attn.landmark_conv.weight'],
+        converted['backbone.stages.2.blocks.1.attn.landmark_conv.weight'],
         ema['block3.1.att.mha.attn.Qlandmark_op.weight'])
 
 
@@ -91,7 +91,7 @@ def test_bare_state_dict_and_model_key_are_accepted(tmp_path):
         torch.save(payload, src)
         assert call_tool(src, dst) == (0, '')
         converted = torch.load(dst, weights_only=True)['state_dict']
-        assert 'backbone.stages.2.2.attn.landmark_conv.weight' in converted
+        assert 'backbone.stages.2.blocks.2.attn.landmark_conv.weight' in converted
         assert 'head.fc.weight' in converted
 
 

@@ -55,7 +55,7 @@ SOFT_VARIANTS = {
     'soft-reference': dict(type='SOFTAttention', impl='reference', chunk_size=None),
     'soft-chunked': dict(type='SOFTAttention', chunk_size=4096),
     'soft-capped': dict(type='SOFTAttention', max_landmarks=49),
-    'soft-newton-loop': dict(type='SOFTAttention', method='newton_loop'),
+    'soft-newton-loop': dict(type='SOFTAttention', inverse=dict(use_eig=False)),
 }
 PEERS = {
     'softmax-sdpa': dict(type='SoftmaxAttention2d'),
@@ -111,13 +111,13 @@ def attention_cfg(name: str) -> dict:
 def build_case(spec: dict, device: str) -> Callable[[bool], None]:
     """A closure running one forward (and backward when asked) of ``spec``."""
     import mmsoft  # noqa: F401
-    from mmsoft.registry import build_model
+    from mmsoft.models.attention import build_token_mixer
     torch.manual_seed(0)
     kind = spec['kind']
     if kind == 'attention':
         side = spec['size'] // 4
-        module = build_model(attention_cfg(spec['variant']), embed_dims=64,
-                             num_heads=2, sr_ratio=8, conv_size=9)
+        module = build_token_mixer(attention_cfg(spec['variant']), 64, 2,
+                                   sr_ratio=8, conv_size=9)
         inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
     elif kind == 'backbone':
         from mmsoft.models import SOFT
@@ -249,8 +249,9 @@ DEFAULT_DETECTION = 'soft-tiny newton'
 
 def detection_specs(args) -> List[dict]:
     variants = {'soft-tiny newton': dict(), 'soft-tiny newton_loop':
-                dict(method='newton_loop'), 'soft-tiny capped-64':
-                dict(max_landmarks=64), 'soft-tiny solve': dict(method='solve')}
+                dict(inverse=dict(use_eig=False)), 'soft-tiny capped-64':
+                dict(max_landmarks=64),
+                'soft-tiny solve': dict(inverse=dict(method='solve'))}
     specs = [dict(kind='detection', variant=k, attn=v, size=800)
              for k, v in variants.items()]
     return specs + [dict(kind='detection', variant='pvt-tiny', size=800)]

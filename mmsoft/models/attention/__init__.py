@@ -1,5 +1,6 @@
-"""Attention modules: SOFT and the peers it is compared with."""
+"""Token mixers: SOFT attention, the peers it is compared with, and their contract."""
 from .agent import AgentAttention
+from .diagnostics import attention_row, inverse_residual
 from .focused_linear import FocusedLinearAttention
 from .peers import (
                     NystromAttention,
@@ -8,9 +9,11 @@ from .peers import (
                     SpatialReductionAttention,
 )
 from .soft_attention import SOFTAttention
+from .token_mixer import TokenMixer, build_token_mixer, check_tokens
 
 __all__ = [
     'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
     'PerformerAttention', 'NystromAttention', 'FocusedLinearAttention',
-    'AgentAttention'
+    'AgentAttention', 'TokenMixer', 'build_token_mixer', 'check_tokens',
+    'attention_row', 'inverse_residual'
 ]

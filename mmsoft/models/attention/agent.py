@@ -27,7 +27,7 @@ from torch import Tensor
 
 from mmsoft.registry import register_model
 
-from .peers import _QKVAttention, check_tokens
+from .peers import _QKVAttention
 
 
 @register_model
@@ -41,10 +41,6 @@ class AgentAttention(_QKVAttention):
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Heads.
-        sr_ratio (int): Unused (the cost is linear in N without reduction).
-            Defaults to 1.
-        conv_size (int): Unused (SOFT's value-convolution size; the DWC uses
-            ``dwc_size``). Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         agent_grid (int): Side s of the agent grid; ``n = s^2`` agents.
             Defaults to 7 (49 agents, the paper's usual number).
@@ -62,12 +58,10 @@ class AgentAttention(_QKVAttention):
         torch.Size([2, 3136, 64])
     """
 
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True, agent_grid: int = 7,
-                 bias_grid: int = 7, dwc_size: int = 3,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 agent_grid: int = 7, bias_grid: int = 7, dwc_size: int = 3,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, sr_ratio, conv_size, qkv_bias,
-                         init_cfg)
+        super().__init__(embed_dims, num_heads, qkv_bias, init_cfg)
         for name, value in (('agent_grid', agent_grid), ('bias_grid', bias_grid)):
             if value < 1:
                 raise ValueError(f'{name} must be >= 1, got {value}.')
@@ -100,7 +94,7 @@ class AgentAttention(_QKVAttention):
         return resized.flatten(2)
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
         batch, num_tokens, _ = x.shape
         q, k, v = self.qkv(x)                                          # (B, h, N, d)
         scale = self.head_dims**-0.5

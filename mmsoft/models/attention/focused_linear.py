@@ -24,7 +24,7 @@ from torch import Tensor
 
 from mmsoft.registry import register_model
 
-from .peers import _QKVAttention, check_tokens
+from .peers import _QKVAttention
 
 EPS = 1e-6
 """Smallest normaliser of a query row (a query with all-zero features)."""
@@ -60,10 +60,6 @@ class FocusedLinearAttention(_QKVAttention):
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Heads.
-        sr_ratio (int): Unused (the attention is linear without reduction).
-            Defaults to 1.
-        conv_size (int): Unused (SOFT's value-convolution size; the DWC uses
-            ``dwc_size``). Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         focusing_factor (float): The power p of Eq. 5. Defaults to 3 (the
             paper's choice).
@@ -79,12 +75,10 @@ class FocusedLinearAttention(_QKVAttention):
         torch.Size([2, 3136, 64])
     """
 
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
                  focusing_factor: float = 3., dwc_size: int = 5,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, sr_ratio, conv_size, qkv_bias,
-                         init_cfg)
+        super().__init__(embed_dims, num_heads, qkv_bias, init_cfg)
         if focusing_factor <= 0:
             raise ValueError(
                 f'focusing_factor must be positive, got {focusing_factor}.')
@@ -96,7 +90,7 @@ class FocusedLinearAttention(_QKVAttention):
                              groups=embed_dims)
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
         batch, num_tokens, _ = x.shape
         q, k, v = self.qkv(x)                                         # (B, h, N, d)
         q = focused_map(q, self.focusing_factor)

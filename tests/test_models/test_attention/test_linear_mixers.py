@@ -120,7 +120,7 @@ def test_shape_at_odd_sizes_and_no_batch_coupling(mixer, hw):
 def test_gradient_reaches_every_parameter_in_the_backbone(mixer):
     torch.manual_seed(0)
     model = SOFT(arch=TINY_ARCH, attn_cfg=dict(type=mixer.__name__))
-    assert isinstance(model.stages[0][0].attn, mixer)
+    assert isinstance(model.stages[0].blocks[0].attn, mixer)
     (out,) = model(torch.rand(2, 3, 45, 61))
     # A random projection: the sum of a LayerNorm output carries no gradient.
     (out * torch.randn_like(out)).sum().backward()
