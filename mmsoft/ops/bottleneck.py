@@ -10,10 +10,9 @@ the kernel between landmarks and ``P`` an approximate inverse of it
 import dataclasses
 from typing import Optional, Union
 
-import torch
 from torch import Tensor
 
-from .inverse import newton_apply, solve_apply
+from .inverse import identity_like, newton_apply, solve_apply
 
 METHODS = ('newton', 'solve')
 NEWTON_VARIANTS = {
@@ -176,5 +175,4 @@ def bottleneck_inverse(a2: Tensor, inverse: InverseCfg = DEFAULT_INVERSE,
 
     Same arguments (without ``rhs``); shape (B, m, m).
     """
-    eye = torch.eye(a2.shape[-1], dtype=a2.dtype, device=a2.device)
-    return bottleneck_apply(a2, eye.expand_as(a2), inverse, group)
+    return bottleneck_apply(a2, identity_like(a2), inverse, group)

@@ -286,10 +286,11 @@ def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
                 [0.0000, 0.0000, 0.5000]])
     """
     _check_square(a)
-    return newton_apply(a, _identity_like(a), num_iters, reg, use_eig, backoff, group)
+    return newton_apply(a, identity_like(a), num_iters, reg, use_eig, backoff, group)
 
 
-def _identity_like(a: Tensor) -> Tensor:
+def identity_like(a: Tensor) -> Tensor:
+    """Identity matrices broadcast to the shape of ``a`` (``(..., m, m)``)."""
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
     return eye.expand_as(a)
 
@@ -328,7 +329,7 @@ def solve_inverse(a: Tensor, reg: float = 0.01) -> Tensor:
         Tensor: Shape ``(..., m, m)``.
     """
     _check_square(a)
-    return solve_apply(a, _identity_like(a), reg)
+    return solve_apply(a, identity_like(a), reg)
 
 
 def newton_residual(a: Tensor, v: Tensor) -> Tensor:

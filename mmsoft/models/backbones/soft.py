@@ -4,14 +4,17 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from mmsoft.ops import InverseCfg
 from mmsoft.registry import register_model
 
-from ..utils.ckpt_convert import upgrade_state_dict
+from ..attention.soft_attention import SOFTAttention
+from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
 from .soft_stages import ClassTokenStage, SOFTStage
 
 _TINY = dict(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16],
@@ -95,6 +98,15 @@ class SOFT(BaseModule):
             Defaults to False.
         check_finite (bool): Raise a ValueError naming the problem when the
             input holds NaN or Inf. Defaults to True.
+        newton (str, optional): The Newton inverse of the SOFT attention:
+            ``'ridge'`` (``A2 + 0.01 I``, a step per head) or ``'backoff'``
+            (the released checkpoints' inverse, see
+            :data:`mmsoft.ops.NEWTON_VARIANTS`). The choice is stored in the
+            state dict (``newton_variant``); with None the model starts with
+            ``'ridge'`` and takes the variant a loaded checkpoint records
+            (and logs it), so converted releases and models fine-tuned from
+            them keep their inverse. Set it (or ``inverse`` in ``attn_cfg``)
+            to override the checkpoint. Defaults to None.
         init_cfg (dict, optional): Initialisation; ``dict(type='Pretrained',
             checkpoint=..., prefix='backbone.')`` loads weights strictly,
             resizing position embeddings. Defaults to None.
@@ -111,6 +123,7 @@ class SOFT(BaseModule):
     """
 
     _version = 2  # 2: stages as modules; 1: parallel lists of embeddings and stages
+    optional_state_keys = ('newton_variant', )  # absent from older checkpoints
     arch_zoo: Dict[str, dict] = {
         **dict.fromkeys(['t', 'tiny'], _TINY),
         **dict.fromkeys(['s', 'small'], {**_TINY, 'depths': [1, 3, 7, 4]}),
@@ -141,6 +154,7 @@ class SOFT(BaseModule):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  check_finite: bool = True,
+                 newton: Optional[str] = None,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self.parse_arch(arch)
@@ -162,6 +176,12 @@ class SOFT(BaseModule):
         self.check_finite = check_finite
 
         attn_cfg = copy.deepcopy(attn_cfg) if attn_cfg else dict(type='SOFTAttention')
+        if newton is not None and 'inverse' in attn_cfg:
+            raise ValueError('Set the inverse once: newton= on SOFT or inverse= in '
+                             'attn_cfg, not both.')
+        inverse = None if newton is None else InverseCfg.from_variant(newton)
+        # A choice in the config wins over the one a checkpoint records.
+        self.newton_from_config = newton is not None or 'inverse' in attn_cfg
         dpr = torch.linspace(0, drop_path_rate, sum(self.depths)).tolist()
         # Only stages up to the last one used are built (no unused parameters).
         self.num_stages = 4 if out_type == 'cls_token' else max(self.out_indices) + 1
@@ -180,14 +200,37 @@ class SOFT(BaseModule):
                     sr_ratio=s['sr_ratios'][i], conv_size=s['conv_sizes'][i],
                     stem_channels=s['stem_channels'] if i == 0 else None,
                     drop_path_mode=drop_path_mode, attn_cfg=attn_cfg,
-                    normalize=s['normalize'], **common)
+                    normalize=s['normalize'], inverse=inverse, **common)
             else:
                 stage = STAGE_KINDS[i](**common)
             self.stages.append(stage)
             channels = dims
+        self.register_buffer('newton_variant',
+                             torch.tensor(NEWTON_CODES.get(self.newton, -1)))
         self._freeze_stages()
 
     # ------------------------------------------------------------------ config
+    @property
+    def soft_attentions(self) -> List[SOFTAttention]:
+        """The SOFT attention layers (none when a peer replaces them)."""
+        return [m for m in self.modules() if isinstance(m, SOFTAttention)]
+
+    @property
+    def newton(self) -> Optional[str]:
+        """``'ridge'`` or ``'backoff'``: the Newton variant of the SOFT
+        attention layers, or None when they have none (another inverse, or
+        no SOFT attention)."""
+        variants = {attn.inverse.variant for attn in self.soft_attentions}
+        return variants.pop() if len(variants) == 1 else None
+
+    def use_newton(self, variant: str) -> None:
+        """Switch every SOFT attention layer to the Newton ``variant``."""
+        settings = InverseCfg.from_variant(variant)
+        for attn in self.soft_attentions:
+            attn.inverse = attn.inverse.replace(reg=settings.reg,
+                                                backoff=settings.backoff)
+        self.newton_variant.fill_(NEWTON_CODES[variant])
+
     @classmethod
     def parse_arch(cls, arch: Union[str, dict]) -> dict:
         """Resolve a preset name or a custom dict into the full settings."""
@@ -361,9 +404,34 @@ class SOFT(BaseModule):
 
     # ------------------------------------------------------------ checkpoints
     def _load_from_state_dict(self, state_dict: dict, prefix: str,
-                              local_metadata: dict, *args, **kwargs) -> None:
-        """Rename keys of the layout before version 2 (parallel lists) on load."""
+                              local_metadata: dict, strict: bool, missing_keys: list,
+                              unexpected_keys: list, error_msgs: list) -> None:
+        """Rename keys of the layout before version 2 (parallel lists), and take
+        the Newton variant the checkpoint records (see ``newton``), on load."""
         if local_metadata.get('version') is None or local_metadata['version'] < 2:
             upgrade_state_dict(state_dict, prefix)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args,
-                                      **kwargs)
+        key = prefix + 'newton_variant'
+        recorded = state_dict.get(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
+                                      missing_keys, unexpected_keys, error_msgs)
+        current = NEWTON_CODES.get(self.newton, -1)
+        self.newton_variant.fill_(current)  # the buffer says what runs
+        if recorded is None:
+            if key in missing_keys:
+                missing_keys.remove(key)  # checkpoints before the choice was stored
+            return
+        names = {code: name for name, code in NEWTON_CODES.items()}
+        variant = names.get(int(recorded))
+        if variant is None or variant == self.newton:
+            if variant is not None:
+                MMLogger.get_current_instance().info(
+                    f'SOFT: Newton inverse {variant!r}, as the checkpoint records.')
+            return
+        logger = MMLogger.get_current_instance()
+        if self.newton_from_config or not self.soft_attentions:
+            logger.warning(f'SOFT: the checkpoint was made with the {variant!r} '
+                           f'Newton inverse; keeping {self.newton!r} as the '
+                           'config says.')
+            return
+        self.use_newton(variant)
+        logger.info(f'SOFT: Newton inverse {variant!r} taken from the checkpoint.')

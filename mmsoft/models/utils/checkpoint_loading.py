@@ -7,6 +7,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 from torch import Tensor
 
 from .ckpt_convert import (
+    RELEASED_NEWTON,
     convert_soft_state_dict,
     is_official_soft,
     strip_prefix,
@@ -74,7 +75,7 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
                 'e.g. prefix=None for a bare backbone.')
         state = selected
     if is_official_soft(state):
-        state, leftovers = convert_soft_state_dict(state)
+        state, leftovers = convert_soft_state_dict(state, newton=RELEASED_NEWTON)
         if leftovers:
             logger.info(f'Not loaded from the released checkpoint: {leftovers}')
     upgrade_state_dict(state)
@@ -88,7 +89,8 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
             f'keys start {list(state)[:5]}, model keys {list(own)[:5]}); check '
             "init_cfg.prefix (a classifier checkpoint needs prefix='backbone.') "
             'and that the file holds SOFT weights.')
-    missing = [k for k in own if k not in state]
+    optional = getattr(model, 'optional_state_keys', ())
+    missing = [k for k in own if k not in state and k not in optional]
     if missing:
         raise KeyError(f'{filename} lacks {len(missing)} weights of '
                        f'{type(model).__name__}: {missing}.')

@@ -10,9 +10,12 @@ maps the released checkpoints' keys (``block1.0.att.mha.W_q.weight``), and
 """
 import re
 from collections import OrderedDict
-from typing import Dict, Mapping, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
+import torch
 from torch import Tensor
+
+from mmsoft.ops import NEWTON_VARIANTS
 
 # Released key pattern -> mmsoft key template, for the backbone.
 _BACKBONE_RULES: Tuple[Tuple[str, str], ...] = (
@@ -48,6 +51,11 @@ _V1_RULES: Tuple[Tuple[str, str], ...] = (
     (r'norm\.(\w+)$', 'stages.3.norm.{0}'),
 )
 _HEAD_RULE = (r'head\.(\w+)$', 'head.fc.{0}')
+NEWTON_CODES: Dict[str, int] = {name: code for code, name in enumerate(NEWTON_VARIANTS)}
+"""How the ``newton_variant`` entry of a SOFT state dict encodes the Newton
+inverse (-1: none of them)."""
+RELEASED_NEWTON = 'backoff'
+"""The Newton inverse every released SOFT checkpoint was trained with."""
 
 
 def _apply(template: str, groups: Tuple[str, ...]) -> str:
@@ -98,7 +106,8 @@ def upgrade_state_dict(state_dict: Dict[str, Tensor], prefix: str = '') -> list:
 
 
 def convert_soft_state_dict(state_dict: Mapping[str, Tensor],
-                            with_head: bool = False
+                            with_head: bool = False,
+                            newton: Optional[str] = None
                             ) -> Tuple['OrderedDict[str, Tensor]', list]:
     """Map a released SOFT state dict onto :class:`mmsoft.models.SOFT` keys.
 
@@ -108,6 +117,10 @@ def convert_soft_state_dict(state_dict: Mapping[str, Tensor],
         with_head (bool): Also map ``head.*`` to mmpretrain's
             ``head.fc.*`` and prefix backbone keys with ``backbone.``, giving
             an ``ImageClassifier`` state dict. Defaults to False.
+        newton (str, optional): Record this Newton inverse (``'backoff'``,
+            as every release was trained, or ``'ridge'``) in the result's
+            ``newton_variant`` entry, which the backbone takes on load.
+            Defaults to None (record nothing).
 
     Returns:
         tuple[OrderedDict, list]: The converted weights and the keys no rule
@@ -128,4 +141,10 @@ def convert_soft_state_dict(state_dict: Mapping[str, Tensor],
                 converted[_apply(_HEAD_RULE[1], match.groups())] = value
             else:
                 leftovers.append(key)
+    if newton is not None:
+        if newton not in NEWTON_CODES:
+            raise ValueError(f'Unknown Newton variant {newton!r}; use one of '
+                             f'{tuple(NEWTON_CODES)}.')
+        key = 'backbone.newton_variant' if with_head else 'newton_variant'
+        converted[key] = torch.tensor(NEWTON_CODES[newton])
     return converted, leftovers
