@@ -15,16 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-MIXERS: Dict[str, dict] = {
-    'soft': dict(type='SOFTAttention'),
-    'softmax': dict(type='SoftmaxAttention2d'),
-    'spatial-reduction': dict(type='SpatialReductionAttention'),
-    'performer': dict(type='PerformerAttention'),
-    'nystromformer': dict(type='NystromAttention'),
-    'focused-linear': dict(type='FocusedLinearAttention'),
-    'agent': dict(type='AgentAttention'),
-}
-"""Name of each token mixer in the comparison and its ``attn_cfg``."""
+from mmsoft.utils.benchmark_cases import attention_cfg
+
+MIXERS = ('soft', 'softmax-sdpa', 'spatial-reduction', 'performer',
+          'nystromformer', 'focused-linear', 'agent')
+"""The token mixers of the comparison, by their names in
+:mod:`mmsoft.utils.benchmark_cases` (the same names as in the benchmark)."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +29,7 @@ class RunResult:
 
     Attributes:
         task (str): Task name.
-        mixer (str): Mixer name, a key of :data:`MIXERS`.
+        mixer (str): Mixer name, one of :data:`MIXERS`.
         seed (int): Random seed of the run.
         metric (float): Final validation metric.
         images_per_s (float): Training images per second (median over the
@@ -56,7 +52,8 @@ def run_dir(out_dir: Path, task: str, mixer: str, seed: int) -> Path:
 def cfg_options(mixer: str, seed: int, schedule: Dict[str, object],
                 extra: Optional[Dict[str, object]] = None) -> List[str]:
     """``--cfg-options`` items of one run: its mixer, seed and schedule."""
-    options = {f'model.backbone.attn_cfg.{k}': v for k, v in MIXERS[mixer].items()}
+    options = {f'model.backbone.attn_cfg.{k}': v
+               for k, v in attention_cfg(mixer).items()}
     options.update({'randomness.seed': seed, **schedule, **(extra or {})})
     return [f'{key}={value}' for key, value in options.items()]
 
@@ -117,7 +114,7 @@ def run_or_load(repo: Path, out_dir: Path, task: str, config: str, metric: str,
         config (str): The task's config file.
         metric (str): Validation metric key, e.g. ``'accuracy/top1'``.
         batch_size (int): Training images per iteration.
-        mixer (str): Key of :data:`MIXERS`.
+        mixer (str): One of :data:`MIXERS`.
         seed (int): Random seed.
         schedule (dict): ``--cfg-options`` that set the run's length.
         extra (dict, optional): More ``--cfg-options`` for every run.

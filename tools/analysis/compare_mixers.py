@@ -35,6 +35,7 @@ from mmengine.config import Config, DictAction
 
 import mmsoft  # noqa: F401  (registers the mixers)
 from mmsoft.apis.mixer_runs import MIXERS, RunResult, run_or_load
+from mmsoft.utils.benchmark_cases import attention_cfg
 from mmsoft.utils.flops import measure_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,8 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--tasks', nargs='+', choices=list(TASKS),
                         default=list(TASKS))
-    parser.add_argument('--mixers', nargs='+', choices=list(MIXERS),
-                        default=list(MIXERS))
+    parser.add_argument('--mixers', nargs='+', choices=MIXERS, default=list(MIXERS))
     parser.add_argument('--seeds', type=int, nargs='+', default=None,
                         help='default 0 1 2 (0 with --quick)')
     parser.add_argument('--length', type=int, default=None,
@@ -184,7 +184,7 @@ def main(argv=None) -> List[dict]:
         config.merge_from_dict({**schedule, **args.cfg_options})
         batch = config.train_dataloader.batch_size
         for mixer in args.mixers:
-            costs[task, mixer] = cost(config, MIXERS[mixer], spec['shape'])
+            costs[task, mixer] = cost(config, attention_cfg(mixer), spec['shape'])
             for seed in args.seeds:
                 result = run_or_load(REPO, out_dir, task, config_path, spec['metric'],
                                      batch, mixer, seed, schedule, args.cfg_options)
