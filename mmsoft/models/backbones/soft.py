@@ -205,6 +205,10 @@ class SOFT(BaseModule):
                 stage = STAGE_KINDS[i](**common)
             self.stages.append(stage)
             channels = dims
+        if newton is not None and not self.soft_attentions:
+            raise ValueError(f'newton={newton!r} sets the inverse of SOFT attention, '
+                             f"but attn_cfg type {attn_cfg.get('type')!r} has none; "
+                             'drop newton.')
         self.register_buffer('newton_variant',
                              torch.tensor(NEWTON_CODES.get(self.newton, -1)))
         self._freeze_stages()

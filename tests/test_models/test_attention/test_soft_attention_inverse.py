@@ -39,6 +39,9 @@ def test_backbone_inverse_errors_are_explained():
     with pytest.raises(ValueError, match='Set the inverse once'):
         SOFT(arch='tiny', newton='ridge',
              attn_cfg=dict(type='SOFTAttention', inverse=dict(num_iters=5)))
+    with pytest.raises(ValueError, match="newton='backoff' sets the inverse of SOFT "
+                       "attention, but attn_cfg type 'PerformerAttention' has none"):
+        SOFT(arch='tiny', newton='backoff', attn_cfg=dict(type='PerformerAttention'))
     with pytest.raises(ValueError, match='Set normalize on SOFTAttention'):
         SOFTAttention(32, 2, inverse=dict(normalize=True))
     with pytest.raises(ValueError, match=r"mode='exact' .* does not use \['inverse'\]"):
