@@ -23,6 +23,8 @@ PEERS = {
     'spatial-reduction': dict(type='SpatialReductionAttention'),
     'performer': dict(type='PerformerAttention'),
     'nystromformer': dict(type='NystromAttention'),
+    'focused-linear': dict(type='FocusedLinearAttention'),
+    'agent': dict(type='AgentAttention'),
 }
 QUADRATIC = ('softmax-sdpa', 'softmax-plain')
 DEFAULT_SIZES = {'attention': [224, 448, 640, 1024], 'backbone': [224]}

@@ -10,7 +10,7 @@ kernel's cost). Following vision papers, "FLOPs" here are multiply-accumulates
 """
 from collections import Counter
 from math import prod
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 from torch import nn
@@ -138,3 +138,34 @@ def count_flops(model: nn.Module, *inputs: Any, **kwargs: Any) -> FlopCounter:
 def count_parameters(model: nn.Module) -> int:
     """Number of parameters of ``model``."""
     return sum(p.numel() for p in model.parameters())
+
+
+def measure_config(config: Any, height: int, width: int) -> List[Tuple]:
+    """Parameters and MACs of a config's model on one ``height x width`` image.
+
+    The model is built from ``config.model`` under the config's default
+    scope, without loading a pretrained backbone (``init_cfg`` is dropped).
+
+    Args:
+        config (mmengine.Config): A classifier, detector or segmentor config.
+        height (int): Image height.
+        width (int): Image width.
+
+    Returns:
+        list[tuple]: ``(part, params, MACs, MACs without the Newton
+        iterations)`` for ``'backbone'`` and ``'whole model'`` (its tensor
+        forward: heads without post-processing).
+    """
+    from mmengine.registry import MODELS, init_default_scope
+    init_default_scope(config.get('default_scope', 'mmsoft'))
+    model_cfg = config.model.copy()
+    model_cfg.get('backbone', {}).pop('init_cfg', None)  # no pretrained file needed
+    model = MODELS.build(model_cfg).eval()
+    image = torch.rand(1, 3, height, width)
+    rows = []
+    for name, module, kwargs in (('backbone', model.backbone, {}),
+                                 ('whole model', model, dict(mode='tensor'))):
+        counter = count_flops(module, image, **kwargs)
+        rows.append((name, count_parameters(module), counter.total,
+                     counter.total - counter.region_counts['newton']))
+    return rows

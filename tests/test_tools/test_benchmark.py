@@ -95,7 +95,7 @@ def test_suites_skip_quadratic_attentions_above_the_token_limit():
     assert [s['size'] for s in tool.attention_specs(args)] == [224, 224, 512]
     defaults = tool.parse_args([])
     assert {s['size'] for s in tool.backbone_specs(defaults)} == {224}
-    assert len(tool.attention_specs(defaults)) == 4 * 10 - 2 * 2
+    assert len(tool.attention_specs(defaults)) == 4 * 12 - 2 * 2
 
 
 def test_unknown_variant_is_refused_with_the_choices():

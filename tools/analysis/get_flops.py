@@ -10,14 +10,11 @@ Example:
         --shape 800 1333
 """
 import argparse
-from typing import List
 
-import torch
 from mmengine.config import Config, DictAction
-from mmengine.registry import MODELS, init_default_scope
 
 import mmsoft  # noqa: F401  (registers SOFT)
-from mmsoft.utils.flops import count_flops, count_parameters
+from mmsoft.utils.flops import measure_config
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -31,29 +28,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def measure(config: Config, height: int, width: int) -> List[tuple]:
-    """Rows (part, params, MACs, MACs without Newton) for backbone and model."""
-    init_default_scope(config.get('default_scope', 'mmsoft'))
-    model_cfg = config.model.copy()
-    model_cfg.get('backbone', {}).pop('init_cfg', None)  # no pretrained file needed
-    model = MODELS.build(model_cfg).eval()
-    image = torch.rand(1, 3, height, width)
-    rows = []
-    for name, module, kwargs in (('backbone', model.backbone, {}),
-                                 ('whole model', model, dict(mode='tensor'))):
-        counter = count_flops(module, image, **kwargs)
-        rows.append((name, count_parameters(module), counter.total,
-                     counter.total - counter.region_counts['newton']))
-    return rows
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     height, width = (args.shape * 2)[:2]
     config = Config.fromfile(args.config)
     if args.cfg_options:
         config.merge_from_dict(args.cfg_options)
-    rows = measure(config, height, width)
+    rows = measure_config(config, height, width)
     print(f'Input shape: 1 x 3 x {height} x {width}   (FLOPs = multiply-accumulates)')
     header = f'| {"part":<12}| {"params (M)":>11} | {"FLOPs (G)":>10} | ' \
              f'{"FLOPs w/o Newton (G)":>21} |'

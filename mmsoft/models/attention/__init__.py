@@ -1,5 +1,7 @@
 """Token mixers: SOFT attention, the peers it is compared with, and their contract."""
+from .agent import AgentAttention
 from .diagnostics import attention_row, inverse_residual
+from .focused_linear import FocusedLinearAttention
 from .peers import (
                     NystromAttention,
                     PerformerAttention,
@@ -11,6 +13,7 @@ from .token_mixer import TokenMixer, build_token_mixer, check_tokens
 
 __all__ = [
     'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
-    'PerformerAttention', 'NystromAttention', 'TokenMixer', 'build_token_mixer',
-    'check_tokens', 'attention_row', 'inverse_residual'
+    'PerformerAttention', 'NystromAttention', 'FocusedLinearAttention',
+    'AgentAttention', 'TokenMixer', 'build_token_mixer', 'check_tokens',
+    'attention_row', 'inverse_residual'
 ]

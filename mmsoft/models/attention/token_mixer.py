@@ -122,7 +122,8 @@ def build_token_mixer(cfg: dict, embed_dims: int, num_heads: int,
                            "register it with mmsoft.registry.register_model or "
                            "use one of SOFTAttention, SoftmaxAttention2d, "
                            'SpatialReductionAttention, PerformerAttention, '
-                           'NystromAttention.')
+                           'NystromAttention, FocusedLinearAttention, '
+                           'AgentAttention.')
     else:
         cls = mixer_type
     declared = declared_arguments(cls)

@@ -25,7 +25,8 @@ HINTS = dict(sr_ratio=2, conv_size=3, normalize=True, inverse=dict(num_iters=10)
 def test_every_mixer_is_registered_and_found():
     names = {cls.__name__ for cls in MIXERS}
     assert {'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
-            'PerformerAttention', 'NystromAttention'} <= names
+            'PerformerAttention', 'NystromAttention', 'FocusedLinearAttention',
+            'AgentAttention'} <= names
 
 
 @pytest.mark.parametrize('mixer', MIXERS, ids=lambda cls: cls.__name__)
