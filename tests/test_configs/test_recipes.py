@@ -165,7 +165,7 @@ def test_name_follows_the_readme_scheme(name):
     dense = (rf'(retinanet|mask-rcnn)_(soft|softnorm)-{size}_fpn_1x_coco\.py'
              rf'|upernet_(soft|softnorm)-{size}_512x512_160k_ade20k\.py'
              rf'|(retinanet|mask-rcnn)_(soft|softnorm)-{size}_fpn_\d+e_digit-scenes\.py'
-             rf'|upernet_(soft|softnorm)-{size}_\d+x\d+_\d+k_digit-scenes\.py')
+             rf'|upernet_(soft|softnorm)-{size}_\d+x\d+_\d+e_digit-scenes\.py')
     assert re.fullmatch(classification, name) or re.fullmatch(dense, name)
     scheme = (CONFIG_DIR / 'README.md').read_text()
     assert '{backbone}_{size}_{dataset}.py' in scheme

@@ -212,3 +212,68 @@ def test_command_line_writes_once_and_guards_other_settings(tmp_path):
                            text=True, timeout=120)
     assert other.returncode != 0
     assert 'made with other settings' in other.stderr
+
+
+@pytest.mark.slow
+def test_classifier_checkpoint_to_dense_model_with_the_launchers(written, tmp_path):
+    """A digits classifier's backbone loads whole into RetinaNet, which trains
+    with dist_train.sh (2 processes) and is evaluated with dist_test.sh.
+
+    The learning rate is 0, so the fine-tuned checkpoint must still hold every
+    weight of the classifier's backbone (position embeddings resized).
+    """
+    import os
+
+    import torch
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+
+    import mmsoft  # noqa: F401
+    root, _ = written
+    cls_cfg = Config.fromfile(REPO / 'configs' / 'softnorm_tiny_digits.py')
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        classifier = MODELS.build(cls_cfg.model)
+    classifier.init_weights()
+    source = {k: v.clone() for k, v in classifier.state_dict().items()}
+    torch.save(dict(state_dict=source, meta=dict()), tmp_path / 'classifier.pth')
+
+    config = tmp_path / 'retinanet_scenes.py'
+    config.write_text(f"""_base_ = ['{REPO / 'configs' / 'retinanet_softnorm-tiny_fpn_6e_digit-scenes.py'}']
+data_root = '{root}/'
+canvas = (64, 80)
+model = dict(backbone=dict(init_cfg=dict(checkpoint='{tmp_path / 'classifier.pth'}')))
+train_dataloader = dict(dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
+test_evaluator = val_evaluator
+optim_wrapper = dict(optimizer=dict(lr=0.0))
+train_cfg = dict(max_epochs=1, val_interval=1)
+default_hooks = dict(checkpoint=dict(interval=1))
+""")
+    env = {**os.environ, 'PORT': '29741', 'OMP_NUM_THREADS': '1'}
+    work = tmp_path / 'work'
+    result = subprocess.run(['tools/dist_train.sh', str(config), '2', '--work-dir',
+                             str(work)], cwd=REPO, capture_output=True, text=True,
+                            timeout=600, env=env)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-3000:]
+    tuned = torch.load(work / 'epoch_1.pth', weights_only=True)['state_dict']
+    backbone = {k: v for k, v in tuned.items() if k.startswith('backbone.')}
+    assert f'Loaded {len(backbone)} weights from {tmp_path / "classifier.pth"}' in log
+    for key, value in backbone.items():
+        if 'running_' in key or 'num_batches_tracked' in key:
+            continue  # BatchNorm statistics follow the scenes even at lr 0
+        if '.pos_embeds.' in key:
+            assert value.shape != source[key].shape, key  # resized to the canvas
+            continue
+        torch.testing.assert_close(value, source[key], rtol=0, atol=0, msg=key)
+
+    env['PORT'] = '29742'
+    result = subprocess.run(['tools/dist_test.sh', str(config), str(work / 'epoch_1.pth'),
+                             '2', '--work-dir', str(tmp_path / 'test')], cwd=REPO,
+                            capture_output=True, text=True, timeout=600, env=env)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-3000:]
+    assert 'Evaluating bbox' in log and 'Epoch(test)' in log
