@@ -249,6 +249,7 @@ test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
 test_evaluator = val_evaluator
 optim_wrapper = dict(optimizer=dict(lr=0.0))
+param_scheduler = None  # the cosine schedule's eta_min would move the weights
 train_cfg = dict(max_epochs=1, val_interval=1)
 default_hooks = dict(checkpoint=dict(interval=1))
 """)
