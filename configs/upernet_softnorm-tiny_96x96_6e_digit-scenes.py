@@ -12,7 +12,9 @@
 # whole 96 x 96 scenes instead of 512 x 512 crops (no resize, crop, flip or
 # colour jitter: a mirrored digit is another shape); the classifier's pixel
 # normalisation (grey scans, mean 60, std 95); decode head 128 wide and
-# auxiliary head 64 wide instead of 512 and 256; lr 4e-4 for a batch of 16,
+# auxiliary head 64 wide instead of 512 and 256; background weighted 0.1 in
+# both heads' losses (it holds 91% of the pixels; unweighted, the arg-max
+# stayed background for all 6 epochs, mIoU 0.083); lr 4e-4 for a batch of 16,
 # 100 warm-up iterations, then poly decay; 6 epochs (the 15-minute budget on
 # two CPU processes) instead of 160k iterations.
 _base_ = ['./_base_/upernet_softnorm_512x512_160k_ade20k.py']
@@ -27,6 +29,7 @@ metainfo = dict(
              [240, 50, 230], [210, 245, 60], [250, 190, 212]])
 pretrained = 'work_dirs/softnorm_tiny_digits/epoch_30.pth'
 max_epochs = 6
+class_weight = [0.1] + [1.0] * 10
 
 model = dict(
     data_preprocessor=dict(mean=[60.0] * 3, std=[95.0] * 3, bgr_to_rgb=False,
@@ -34,9 +37,11 @@ model = dict(
     backbone=dict(arch='tiny-norm', img_size=canvas[0], drop_path_rate=0.1,
                   init_cfg=dict(checkpoint=pretrained)),
     decode_head=dict(in_channels={{_base_.soft_channels.tiny}}, channels=128,
-                     num_classes=len(metainfo['classes'])),
+                     num_classes=len(metainfo['classes']),
+                     loss_decode=dict(class_weight=class_weight)),
     auxiliary_head=dict(in_channels={{_base_.soft_channels_s16.tiny}},
-                        channels=64, num_classes=len(metainfo['classes'])))
+                        channels=64, num_classes=len(metainfo['classes']),
+                        loss_decode=dict(class_weight=class_weight)))
 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
