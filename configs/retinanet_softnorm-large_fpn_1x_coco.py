@@ -1,8 +1,6 @@
-# RetinaNet 1x on COCO with a SOFT-Norm-Large backbone. The SOFT authors
-# published no detection settings; these are mmdet's PVT RetinaNet 1x ones
-# (AdamW lr 1e-4, weight decay 1e-4, 12 epochs, steps at 8 and 11, 8 GPUs x 2).
-_base_ = ['mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py']
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
+# RetinaNet 1x on COCO with a SOFT-Norm-Large backbone; the settings
+# are in _base_/retinanet_softnorm_fpn_1x_coco.py.
+_base_ = ['./_base_/retinanet_softnorm_fpn_1x_coco.py']
 
 # ImageNet weights of the same size: a checkpoint of
 # configs/softnorm_large_imagenet.py, or a converted released one
@@ -10,13 +8,5 @@ custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
 #   --cfg-options model.backbone.init_cfg.checkpoint=PATH
 pretrained = 'checkpoints/softnorm_large_imagenet.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='SOFT',
-        arch='large-norm',
-        out_type='featmap',
-        out_indices=(0, 1, 2, 3),
-        drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained,
-                      prefix='backbone.')),
-    neck=dict(in_channels=[64, 128, 320, 512]))
+    backbone=dict(arch='large-norm', init_cfg=dict(checkpoint=pretrained)),
+    neck=dict(in_channels={{_base_.soft_channels.large}}))

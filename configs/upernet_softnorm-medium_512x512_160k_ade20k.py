@@ -1,30 +1,11 @@
 # UperNet on ADE20K, 512 x 512 crops, 160k iterations, SOFT-Norm-Medium
-# backbone. The SOFT authors published no segmentation settings; these are
-# mmseg's Swin UperNet ones (AdamW lr 6e-5, weight decay 0.01 except on norms
-# and position embeddings, linear warm-up 1500 iterations then poly, 8 GPUs x 2).
-_base_ = ['mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py']
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
+# backbone; the settings are in _base_/upernet_softnorm_512x512_160k_ade20k.py.
+_base_ = ['./_base_/upernet_softnorm_512x512_160k_ade20k.py']
 
 # ImageNet weights of the same size; override with
 #   --cfg-options model.backbone.init_cfg.checkpoint=PATH
 pretrained = 'checkpoints/softnorm_medium_imagenet.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='SOFT',
-        arch='medium-norm',
-        out_type='featmap',
-        out_indices=(0, 1, 2, 3),
-        drop_path_rate=0.3,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained,
-                      prefix='backbone.')),
-    decode_head=dict(in_channels=[64, 128, 288, 512], num_classes=150),
-    auxiliary_head=dict(in_channels=288, num_classes=150))
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        _delete_=True,
-        custom_keys={
-            'norm': dict(decay_mult=0.),
-            '.pos_embed': dict(decay_mult=0.),
-            '.cls_token': dict(decay_mult=0.),
-        }))
+    backbone=dict(arch='medium-norm', init_cfg=dict(checkpoint=pretrained)),
+    decode_head=dict(in_channels={{_base_.soft_channels.medium}}),
+    auxiliary_head=dict(in_channels={{_base_.soft_channels_s16.medium}}))

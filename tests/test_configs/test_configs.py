@@ -43,6 +43,17 @@ def data(tmp_path_factory):
                 mmseg=make_ade20k(root / 'ade'))
 
 
+@pytest.fixture(scope='module')
+def scenes(tmp_path_factory):
+    """A tiny digit-scene set for the ``*_digit-scenes.py`` configs."""
+    from importlib import import_module
+    prepare = import_module('tools.dataset_converters.prepare_digit_scenes')
+    root = tmp_path_factory.mktemp('scenes')
+    prepare.prepare_digit_scenes(str(root), canvas=(64, 64), digit_size=(16, 28),
+                                 num_train=4, num_val=2)
+    return root
+
+
 def test_every_config_is_covered():
     names = set(CONFIGS)
     for size in ('tiny', 'small', 'medium', 'large', 'huge'):
@@ -56,8 +67,9 @@ def test_every_config_is_covered():
 
 
 @pytest.mark.parametrize('name', CONFIGS)
-def test_config_trains_and_validates(name, data, tmp_path):
+def test_config_trains_and_validates(name, data, tmp_path, request):
     cfg = Config.fromfile(CONFIG_DIR / name)
+    scenes = 'digit-scenes' in name
     scope = cfg.default_scope
     cfg.work_dir = str(tmp_path)
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=1, val_interval=1)
@@ -74,7 +86,9 @@ def test_config_trains_and_validates(name, data, tmp_path):
     for key in ('train_dataloader', 'val_dataloader'):
         loader = cfg[key]
         loader.update(batch_size=2, num_workers=0, persistent_workers=False)
-        if 'digits' not in name:
+        if scenes:
+            loader.dataset.data_root = str(request.getfixturevalue('scenes'))
+        elif 'digits' not in name:
             loader.dataset.data_root = str(data[scope])
             shrink_pipeline(loader.dataset.pipeline, scope)
     if 'digits' in name:
@@ -83,7 +97,10 @@ def test_config_trains_and_validates(name, data, tmp_path):
         prepare.prepare_digits(str(tmp_path / 'digits'))
         for key in ('train_dataloader', 'val_dataloader'):
             cfg[key].dataset.data_root = str(tmp_path / 'digits')
-    if scope == 'mmdet':
+    if scope == 'mmdet' and scenes:
+        cfg.val_evaluator.ann_file = str(
+            request.getfixturevalue('scenes') / 'annotations' / 'instances_val.json')
+    elif scope == 'mmdet':
         cfg.val_evaluator.ann_file = str(
             data['mmdet'] / 'annotations' / 'instances_val2017.json')
     cfg.test_dataloader = cfg.test_evaluator = cfg.test_cfg = None

@@ -163,7 +163,9 @@ def test_name_follows_the_readme_scheme(name):
     size = '(tiny|small|medium|large|huge)'
     classification = rf'(soft|softnorm)_{size}_(imagenet|digits)\.py'
     dense = (rf'(retinanet|mask-rcnn)_(soft|softnorm)-{size}_fpn_1x_coco\.py'
-             rf'|upernet_(soft|softnorm)-{size}_512x512_160k_ade20k\.py')
+             rf'|upernet_(soft|softnorm)-{size}_512x512_160k_ade20k\.py'
+             rf'|(retinanet|mask-rcnn)_(soft|softnorm)-{size}_fpn_\d+e_digit-scenes\.py'
+             rf'|upernet_(soft|softnorm)-{size}_\d+x\d+_\d+e_digit-scenes\.py')
     assert re.fullmatch(classification, name) or re.fullmatch(dense, name)
     scheme = (CONFIG_DIR / 'README.md').read_text()
     assert '{backbone}_{size}_{dataset}.py' in scheme

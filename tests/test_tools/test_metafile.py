@@ -21,7 +21,9 @@ def test_model_index_covers_every_benchmark_config():
     models = yaml.safe_load((REPO / 'configs' / 'metafile.yml').read_text())['Models']
     listed = {m['Config'] for m in models}
     configs = {f'configs/{p.name}' for p in (REPO / 'configs').glob('*.py')}
-    assert configs - listed == {'configs/soft_tiny_digits.py'}  # the demo only
+    demos = {p for p in configs if p.endswith(('_digits.py', '_digit-scenes.py'))}
+    assert demos >= {'configs/soft_tiny_digits.py', 'configs/softnorm_tiny_digits.py'}
+    assert configs - listed == demos  # the download-free demos only
     for model in models:
         assert (REPO / model['Config']).exists()
         assert model['Metadata']['Parameters'] > 0 and model['Results']

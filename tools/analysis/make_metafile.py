@@ -46,6 +46,8 @@ def build(config_path: Path):
 def entry(config_path: Path) -> dict:
     """One model entry: name, collection, config, metadata and results."""
     name = config_path.stem
+    if name.endswith(('_digits', '_digit-scenes')):
+        return {}  # the download-free demos have no published results
     model = build(config_path)
     metadata = {'Parameters': count_parameters(model)}
     parts = name.replace('-', '_').split('_')
