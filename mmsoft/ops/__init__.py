@@ -1,4 +1,5 @@
 """Numerics of SOFT: pure torch, no OpenMMLab imports."""
+from .export_mode import export_path, exporting
 from .gaussian_kernel import (
     gaussian_kernel,
     half_neg_squared_distance,
@@ -24,6 +25,7 @@ from .soft_attention import (
 )
 
 __all__ = [
+    'export_path', 'exporting',
     'gaussian_kernel', 'half_neg_squared_distance', 'squared_distance',
     'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',
     'newton_residual', 'prefers_eig', 'solve_apply', 'solve_inverse', 'METHODS',

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from .export_mode import exporting
 from .regions import region
 
 
@@ -33,7 +34,10 @@ def newton_initial_scale(a: Tensor) -> Tensor:
     Returns:
         Tensor: Shape ``(..., 1, 1)``.
     """
-    row_sum = torch.linalg.matrix_norm(a, ord=float('inf'))  # no |a| temporary
+    if exporting():  # matrix_norm's export fixes the batch size
+        row_sum = a.abs().sum(-1).amax(-1)
+    else:
+        row_sum = torch.linalg.matrix_norm(a, ord=float('inf'))  # no |a| temporary
     return (1.8 / row_sum.pow(2))[..., None, None]
 
 
@@ -109,9 +113,10 @@ def prefers_eig(a: Tensor) -> bool:
     """Whether :func:`newton_inverse` evaluates ``a``'s iterate by ``eigh``.
 
     True on CPU from :data:`EIG_MIN_SIZE` landmarks; the loop of matrix
-    products everywhere else (GPU eigensolvers are far slower than products).
+    products everywhere else (GPU eigensolvers are far slower than products)
+    and always while :func:`~mmsoft.ops.exporting` (no size-dependent choice).
     """
-    return a.device.type == 'cpu' and a.shape[-1] >= EIG_MIN_SIZE
+    return not exporting() and a.device.type == 'cpu' and a.shape[-1] >= EIG_MIN_SIZE
 
 
 class _NewtonApply(Function):

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from .export_mode import exporting
 from .gaussian_kernel import augmented_points, gaussian_kernel
 from .inverse import newton_apply, solve_apply
 
@@ -51,6 +52,9 @@ def bottleneck_apply(a2: Tensor, rhs: Tensor, method: str = 'newton',
     Returns:
         Tensor: ``P @ rhs``, shape (B, m, k).
     """
+    if exporting() and method in ('newton_eig', 'solve'):
+        raise ValueError(f'method={method!r} cannot be exported (eigh and Cholesky '
+                         "have no ONNX operator); use 'newton' or 'newton_loop'.")
     if normalize:
         d_inv_sqrt = a2.sum(-1).rsqrt().unsqueeze(-1)
         rhs = d_inv_sqrt * rhs
@@ -136,10 +140,10 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newto
             return bottleneck_apply(a2, u, method, num_iters, reg, normalize)
 
         n = q.shape[-2]
-        if not (torch.is_grad_enabled() and
+        if not exporting() and not (torch.is_grad_enabled() and
                 any(t.requires_grad for t in (q, k, v))):
             out = _tiled_lowrank(q, k, v, middle)
-        elif chunk_size is None or chunk_size >= n:
+        elif chunk_size is None or exporting() or chunk_size >= n:
             a1 = gaussian_kernel(q, k)
             out = a1 @ middle(a1.transpose(-2, -1) @ v)
         else:

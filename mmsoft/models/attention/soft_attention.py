@@ -12,6 +12,7 @@ from mmsoft.ops import (
     METHODS,
     bottleneck_inverse,
     exact_gaussian_attention,
+    exporting,
     gaussian_kernel,
     newton_residual,
     soft_lowrank_attention,
@@ -325,6 +326,8 @@ class SOFTAttention(BaseModule):
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:
         """The chunk size in tokens for this call, or None for one piece."""
+        if exporting():  # one piece: no size-dependent choice in the graph
+            return None
         if self.chunk_size != 'auto':
             return self.chunk_size
         per_token = max(1, batch * num_landmarks)
