@@ -3,6 +3,7 @@ onnxruntime from requirements/deployment.txt)."""
 from .onnx_export import (
     ExportModel,
     check_request,
+    export_module,
     export_onnx,
     load_model,
     min_dynamic_side,
@@ -10,5 +11,5 @@ from .onnx_export import (
     verify_onnx,
 )
 
-__all__ = ['ExportModel', 'load_model', 'check_request', 'export_onnx',
+__all__ = ['ExportModel', 'load_model', 'check_request', 'export_onnx', 'export_module',
            'min_dynamic_side', 'relative_difference', 'verify_onnx']

@@ -250,13 +250,41 @@ def export_onnx(export_model: ExportModel, shape: Sequence[int], out: str,
     if dynamic:
         from torch.export import Dim
         low = min_dynamic_side(export_model)
-        dynamic_shapes = {'images': {
+        dynamic_shapes = ({
             0: Dim('batch', min=1, max=1024),
             2: Dim('height', min=low, max=MAX_DYNAMIC_SIDE),
-            3: Dim('width', min=low, max=MAX_DYNAMIC_SIDE)}}
+            3: Dim('width', min=low, max=MAX_DYNAMIC_SIDE)}, )
+    return export_module(export_model.module, images, out, export_model.output_names,
+                         dynamic_shapes, opset)
+
+
+def export_module(module: nn.Module, images: Tensor, out: str,
+                  output_names: Optional[List[str]] = None,
+                  dynamic_shapes: Optional[tuple] = None, opset: int = 18) -> str:
+    """``torch.export`` a module of one image input, then write it as ONNX.
+
+    The file appears only once complete (written aside, then renamed).
+
+    Args:
+        module (nn.Module): Maps images to a tensor or a tuple of tensors.
+        images (Tensor): The example input.
+        out (str): The ONNX file to write.
+        output_names (list[str], optional): Names of the outputs.
+            Defaults to None (the exporter's).
+        dynamic_shapes (tuple, optional): ``torch.export`` dynamic shapes of
+            the one input. Defaults to None (static).
+        opset (int): ONNX opset version. Defaults to 18.
+
+    Returns:
+        str: ``out``.
+
+    Raises:
+        ValueError: A shape-dependent decision of the model holds only for
+            some of the dynamic sizes.
+    """
     with torch.no_grad():
         try:
-            program = torch.export.export(export_model.module, (images, ),
+            program = torch.export.export(module, (images, ),
                                           dynamic_shapes=dynamic_shapes, strict=False)
         except torch._dynamo.exc.UserError as error:
             raise ValueError(
@@ -265,8 +293,7 @@ def export_onnx(export_model: ExportModel, shape: Sequence[int], out: str,
                 'at each input size.') from error
         onnx_program = torch.onnx.export(
             program, (images, ), dynamo=True, opset_version=opset,
-            input_names=['images'], output_names=export_model.output_names,
-            verbose=False)
+            input_names=['images'], output_names=output_names, verbose=False)
     folder = osp.dirname(osp.abspath(out))
     os.makedirs(folder, exist_ok=True)
     handle, partial = tempfile.mkstemp(suffix='.onnx.part', dir=folder)
