@@ -49,7 +49,7 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
     clip_grad=dict(max_norm=1.0),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0,
-                       custom_keys={'.pos_embeds': dict(decay_mult=0.0),
+                       custom_keys={'.pos_embed': dict(decay_mult=0.0),
                                     '.cls_token': dict(decay_mult=0.0)}))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=True, begin=0, end=2,

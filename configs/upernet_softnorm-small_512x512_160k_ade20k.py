@@ -25,6 +25,6 @@ optim_wrapper = dict(
         _delete_=True,
         custom_keys={
             'norm': dict(decay_mult=0.),
-            '.pos_embeds': dict(decay_mult=0.),
+            '.pos_embed': dict(decay_mult=0.),
             '.cls_token': dict(decay_mult=0.),
         }))

@@ -1,9 +1,12 @@
 """Inverses of the bottleneck kernel: Newton-Raphson (the model's) and exact.
 
-SOFT needs ``pinv(A2)`` for the ``m x m`` kernel between landmarks. The
-released models compute it with Newton-Raphson iterations on the regularised
-matrix ``P = A2 + reg * I``; :func:`newton_inverse` is that function, and
-:func:`solve_inverse` the exact inverse of the same ``P``.
+SOFT needs ``pinv(A2)`` for the ``m x m`` kernel between landmarks. The models
+compute it with Newton-Raphson iterations on ``P = A2 + reg * I``, started
+from ``V_0 = alpha * P``; :func:`newton_inverse` is that function, and
+:func:`solve_inverse` the exact inverse of the same ``P``. Two rules choose
+``alpha``: :func:`newton_initial_scale` (one step per matrix, mmsoft's
+default) and :func:`backoff_initial_scale` (the released checkpoints' rule:
+one step per group of matrices, halved until a contraction test passes).
 """
 from typing import Optional
 
@@ -15,10 +18,27 @@ from .export_mode import exporting
 from .regions import region
 
 
-def _regularised(a: Tensor, reg: float) -> Tensor:
-    """``a + reg * I`` for a batch of square matrices."""
+def regularised(a: Tensor, reg: float) -> Tensor:
+    """``a + reg * I`` for a batch of square matrices (the one place it is built).
+
+    Args:
+        a (Tensor): Matrices of shape ``(..., m, m)``.
+        reg (float): Ridge added to the diagonal; ``a`` itself when 0.
+
+    Returns:
+        Tensor: Same shape as ``a``.
+    """
+    if reg == 0:
+        return a
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
     return a + reg * eye
+
+
+def _max_row_sum(a: Tensor) -> Tensor:
+    """Largest absolute row sum of each matrix, shape ``(...)``."""
+    if exporting():  # matrix_norm's export fixes the batch size
+        return a.abs().sum(-1).amax(-1)
+    return torch.linalg.matrix_norm(a, ord=float('inf'))  # no |a| temporary
 
 
 def newton_initial_scale(a: Tensor) -> Tensor:
@@ -34,27 +54,79 @@ def newton_initial_scale(a: Tensor) -> Tensor:
     Returns:
         Tensor: Shape ``(..., 1, 1)``.
     """
-    if exporting():  # matrix_norm's export fixes the batch size
-        row_sum = a.abs().sum(-1).amax(-1)
-    else:
-        row_sum = torch.linalg.matrix_norm(a, ord=float('inf'))  # no |a| temporary
+    row_sum = _max_row_sum(a)
     return (1.8 / row_sum.pow(2))[..., None, None]
 
 
-def newton_iterate(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
+BACKOFF_HALVINGS = 10
+"""Most halvings of the released back-off rule."""
+BACKOFF_TOLERANCE = 1.01
+"""The released back-off halves ``alpha`` while ``||I - P V_0||_1`` exceeds this."""
+
+
+def backoff_initial_scale(p: Tensor, group: int = 1) -> Tensor:
+    """The released checkpoints' step: ``alpha = 2 / (max row sum)^2``, backed off.
+
+    Matrices are taken in consecutive groups of ``group`` along the flattened
+    leading dimensions (the heads of one image) and each group shares one
+    ``alpha``: the largest row sum over the group sets
+    ``alpha = 2 / max^2``, which is then halved, at most
+    :data:`BACKOFF_HALVINGS` times, while the largest column sum of
+    ``|I - alpha P^2|`` over the group exceeds :data:`BACKOFF_TOLERANCE`.
+    With ``group`` the number of heads this is, image by image, the rule of
+    the released ``newton_inv`` (which takes the maxima over its whole input,
+    one image at evaluation), and no image influences another. The halvings
+    are tensor operations (no data-dependent Python branch), so the rule
+    traces for export.
+
+    Args:
+        p (Tensor): The matrices being inverted, ``(..., m, m)``.
+        group (int): Matrices per group; the number of matrices must be a
+            multiple of it. Defaults to 1.
+
+    Returns:
+        Tensor: ``alpha`` of shape ``(..., 1, 1)``.
+    """
+    m = p.shape[-1]
+    p3 = p.reshape(-1, m, m)
+    if p3.shape[0] % group:
+        raise ValueError(f'{p3.shape[0]} matrices do not split into groups of '
+                         f'{group}; pass group = the number of heads.')
+    row_max = _max_row_sum(p3)
+    alpha = 2 / row_max.view(-1, group).amax(-1, keepdim=True).pow(2)   # (G, 1)
+    square = torch.bmm(p3, p3)
+    eye = torch.eye(m, dtype=p.dtype, device=p.device)
+    for _ in range(BACKOFF_HALVINGS):
+        scale = alpha.expand(-1, group).reshape(-1, 1, 1)
+        col_max = (eye - scale * square).abs().sum(-2).amax(-1)
+        worst = col_max.view(-1, group).amax(-1, keepdim=True)
+        alpha = torch.where(worst > BACKOFF_TOLERANCE, alpha * 0.5, alpha)
+    return alpha.expand(-1, group).reshape(*p.shape[:-2], 1, 1)
+
+
+def _initial_scale(a: Tensor, p: Tensor, backoff: bool, group: int) -> Tensor:
+    """``alpha`` of ``V_0 = alpha * P`` under either rule."""
+    return backoff_initial_scale(p, group) if backoff else newton_initial_scale(a)
+
+
+def newton_iterate(a: Tensor, num_iters: int = 20, reg: float = 0.01,
+                   backoff: bool = False, group: int = 1) -> Tensor:
     """Run the Newton-Raphson iteration ``V <- 2V - V P V`` without autograd.
 
     Args:
         a (Tensor): Symmetric matrices of shape ``(..., m, m)``.
         num_iters (int): Number of iterations. Defaults to 20.
         reg (float): Ridge added to the diagonal. Defaults to 0.01.
+        backoff (bool): Start from :func:`backoff_initial_scale` instead of
+            :func:`newton_initial_scale`. Defaults to False.
+        group (int): Matrices sharing the back-off step. Defaults to 1.
 
     Returns:
         Tensor: The iterate ``V_T`` approximating ``(a + reg I)^-1``.
     """
     with torch.no_grad(), region('newton'):
-        p = _regularised(a, reg)
-        v = newton_initial_scale(a) * p
+        p = regularised(a, reg)
+        v = _initial_scale(a, p, backoff, group) * p
         shape = v.shape
         p3, v = p.reshape(-1, *shape[-2:]), v.reshape(-1, *shape[-2:])
         for _ in range(num_iters):
@@ -62,7 +134,8 @@ def newton_iterate(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
         return v.reshape(shape)
 
 
-def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Tensor:
+def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01,
+                       backoff: bool = False, group: int = 1) -> Tensor:
     """:func:`newton_iterate` through one symmetric eigendecomposition.
 
     Every Newton iterate is a polynomial in ``P``: with ``P = U diag(l) U^T``,
@@ -83,21 +156,28 @@ def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01) -> Ten
         num_iters (int): Number of Newton iterations to reproduce.
             Defaults to 20.
         reg (float): Ridge added to the diagonal. Defaults to 0.01.
+        backoff (bool): The back-off start (:func:`backoff_initial_scale`),
+            whose ``alpha`` is computed from ``P`` as in the loop; the iterate
+            is still a polynomial in ``P``. Defaults to False.
+        group (int): Matrices sharing the back-off step. Defaults to 1.
 
     Returns:
         Tensor: The iterate ``V_T``, same dtype as ``a``.
     """
-    eigvecs, values = _newton_eig_factors(a, num_iters, reg)
+    eigvecs, values = _newton_eig_factors(a, num_iters, reg, backoff, group)
     return (eigvecs * values.unsqueeze(-2)) @ eigvecs.transpose(-2, -1)
 
 
-def _newton_eig_factors(a: Tensor, num_iters: int, reg: float) -> tuple:
+def _newton_eig_factors(a: Tensor, num_iters: int, reg: float,
+                        backoff: bool = False, group: int = 1) -> tuple:
     """``(U, v_T)`` with ``V_T = U diag(v_T) U^T``; see :func:`newton_iterate_eig`."""
     with torch.no_grad(), region('newton'):
         # eigh reads the lower triangle; a + reg I shifts the eigenvalues.
         eigvals, eigvecs = torch.linalg.eigh(a)
         eigvals = eigvals + reg
-        v = newton_initial_scale(a).squeeze(-1) * eigvals
+        alpha = (backoff_initial_scale(regularised(a, reg), group) if backoff
+                 else newton_initial_scale(a))
+        v = alpha.squeeze(-1) * eigvals
         for _ in range(num_iters):
             v = 2 * v - eigvals * v * v
         return eigvecs, v
@@ -129,11 +209,11 @@ class _NewtonApply(Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, rhs: Tensor, num_iters: int, reg: float,
-                use_eig: bool) -> Tensor:
+                use_eig: bool, backoff: bool, group: int) -> Tensor:
         if use_eig:
-            ctx.factors = _newton_eig_factors(a, num_iters, reg)
+            ctx.factors = _newton_eig_factors(a, num_iters, reg, backoff, group)
         else:
-            ctx.factors = (newton_iterate(a, num_iters, reg), )
+            ctx.factors = (newton_iterate(a, num_iters, reg, backoff, group), )
         y = _apply_iterate(ctx.factors, rhs)
         ctx.save_for_backward(y)
         return y
@@ -143,7 +223,7 @@ class _NewtonApply(Function):
         (y,) = ctx.saved_tensors
         v_grad = _apply_iterate(ctx.factors, grad)
         grad_a = -(v_grad @ y.transpose(-2, -1)) if ctx.needs_input_grad[0] else None
-        return grad_a, v_grad, None, None, None
+        return grad_a, v_grad, None, None, None, None, None
 
 
 def _apply_iterate(factors: tuple, rhs: Tensor) -> Tensor:
@@ -155,7 +235,8 @@ def _apply_iterate(factors: tuple, rhs: Tensor) -> Tensor:
 
 
 def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
-                 use_eig: Optional[bool] = None) -> Tensor:
+                 use_eig: Optional[bool] = None, backoff: bool = False,
+                 group: int = 1) -> Tensor:
     """``V_T @ rhs`` for the Newton-Raphson approximation ``V_T`` of ``(a + reg I)^-1``.
 
     With ``P = a + reg * I``, ``alpha`` from :func:`newton_initial_scale` and
@@ -178,6 +259,11 @@ def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
             eigendecomposition (:func:`newton_iterate_eig`) or by the loop
             (:func:`newton_iterate`). Defaults to None: whichever is faster
             for the matrix size and device (:func:`prefers_eig`).
+        backoff (bool): Start from :func:`backoff_initial_scale` (the
+            released checkpoints' rule) instead of
+            :func:`newton_initial_scale`. Defaults to False.
+        group (int): Consecutive matrices that share the back-off step (the
+            heads of one image). Defaults to 1.
 
     Returns:
         Tensor: Shape ``(..., m, k)``.
@@ -188,11 +274,12 @@ def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
                          f'of shape {tuple(a.shape)}; expected (..., m, k).')
     if use_eig is None:
         use_eig = prefers_eig(a)
-    return _NewtonApply.apply(a, rhs, num_iters, reg, use_eig)
+    return _NewtonApply.apply(a, rhs, num_iters, reg, use_eig, backoff, group)
 
 
 def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
-                   use_eig: Optional[bool] = None) -> Tensor:
+                   use_eig: Optional[bool] = None, backoff: bool = False,
+                   group: int = 1) -> Tensor:
     """The Newton-Raphson approximation ``V_T`` of ``(a + reg * I)^-1``.
 
     :func:`newton_apply` to the identity; same arguments, shape
@@ -208,10 +295,11 @@ def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
                 [0.0000, 0.0000, 0.5000]])
     """
     _check_square(a)
-    return newton_apply(a, _identity_like(a), num_iters, reg, use_eig)
+    return newton_apply(a, identity_like(a), num_iters, reg, use_eig, backoff, group)
 
 
-def _identity_like(a: Tensor) -> Tensor:
+def identity_like(a: Tensor) -> Tensor:
+    """Identity matrices broadcast to the shape of ``a`` (``(..., m, m)``)."""
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
     return eye.expand_as(a)
 
@@ -232,7 +320,7 @@ def solve_apply(a: Tensor, rhs: Tensor, reg: float = 0.01) -> Tensor:
         Tensor: Shape ``(..., m, k)``.
     """
     _check_square(a)
-    p = _regularised(a, reg)
+    p = regularised(a, reg)
     chol, info = torch.linalg.cholesky_ex(p)
     if bool((info == 0).all()):
         return torch.cholesky_solve(rhs, chol)
@@ -250,7 +338,7 @@ def solve_inverse(a: Tensor, reg: float = 0.01) -> Tensor:
         Tensor: Shape ``(..., m, m)``.
     """
     _check_square(a)
-    return solve_apply(a, _identity_like(a), reg)
+    return solve_apply(a, identity_like(a), reg)
 
 
 def newton_residual(a: Tensor, v: Tensor) -> Tensor:

@@ -109,7 +109,39 @@ def _ln(x, sd, prefix, eps):
                         eps)
 
 
-def _soft_attention(x, sd, p, hw, heads, r):
+def _released_newton_inv(mats):
+    """The back-off Newton inverse of the released code, for one image.
+
+    ``mats`` holds the landmark kernels of all heads of one image, (h, m, m).
+    alpha = 2 / (largest row sum over all heads)^2; while the largest column
+    sum of |I - A V0| over all heads exceeds 1.01 (at most 10 times) alpha is
+    halved and V0 = alpha A recomputed; then 20 steps V <- 2V - V A V, no ridge.
+    """
+    eye = torch.eye(mats.shape[-1], dtype=mats.dtype)
+    alpha = 2 / mats.sum(-1).max() ** 2
+    v = alpha * mats
+    pnorm = (eye - mats @ v).abs().sum(-2).max()
+    halvings = 0
+    while pnorm > 1.01 and halvings < 10:
+        alpha = alpha / 2
+        v = alpha * mats
+        pnorm = (eye - mats @ v).abs().sum(-2).max()
+        halvings += 1
+    for _ in range(20):
+        v = 2 * v - v @ mats @ v
+    return v
+
+
+def _ridge_newton_inv(a2):
+    """mmsoft's default: per head, alpha = 0.9 * 2 / (max row sum)^2 on A + 0.01 I."""
+    pm = a2 + 0.01 * torch.eye(len(a2), dtype=a2.dtype)
+    inv = 0.9 * 2 / a2.sum(-1).max() ** 2 * pm
+    for _ in range(20):
+        inv = 2 * inv - inv @ pm @ inv
+    return inv
+
+
+def _soft_attention(x, sd, p, hw, heads, r, normalize=False, newton='ridge'):
     """One image's SOFT attention, head by head, as the spec states it."""
     n, c = x.shape
     d = c // heads
@@ -117,19 +149,25 @@ def _soft_attention(x, sd, p, hw, heads, r):
     v = F.linear(x, sd[f'{p}.W_v.weight'], sd[f'{p}.W_v.bias'])
     q = q.view(n, heads, d).permute(1, 0, 2) / d**0.25        # (h, N, d)
     v = v.view(n, heads, d).permute(1, 0, 2)
-    outs = []
+    a1s, a2s = [], []
     for i in range(heads):
         qm = q[i].t().reshape(1, d, *hw)
         lm = F.conv2d(qm, sd[f'{p}.attn.Qlandmark_op.weight'], stride=r)
         lm = lm.reshape(d, -1).t()
         lm = F.gelu(_ln(lm, sd, f'{p}.attn.Qnorm_act.0', 1e-5))
-        a1 = torch.exp(-((q[i][:, None] - lm[None]) ** 2).sum(-1) / 2)
-        a2 = torch.exp(-((lm[:, None] - lm[None]) ** 2).sum(-1) / 2)
-        pm = a2 + 0.01 * torch.eye(len(lm), dtype=x.dtype)
-        inv = 0.9 * 2 / a2.sum(-1).max() ** 2 * pm
-        for _ in range(20):
-            inv = 2 * inv - inv @ pm @ inv
-        outs.append(a1 @ inv @ (a1.t() @ v[i]))
+        a1s.append(torch.exp(-((q[i][:, None] - lm[None]) ** 2).sum(-1) / 2))
+        a2s.append(torch.exp(-((lm[:, None] - lm[None]) ** 2).sum(-1) / 2))
+    if newton == 'backoff':
+        invs = list(_released_newton_inv(torch.stack(a2s)))
+    else:
+        invs = [_ridge_newton_inv(a2) for a2 in a2s]
+    outs = []
+    for i in range(heads):
+        inv = invs[i]
+        if normalize:
+            dn = a2s[i].sum(-1) ** -0.5
+            inv = dn[:, None] * inv * dn[None]
+        outs.append(a1s[i] @ inv @ (a1s[i].t() @ v[i]))
     out = torch.stack(outs)                                     # (h, N, d)
     vm = v.permute(2, 0, 1).reshape(d, heads, *hw)              # (B * d, h, H, W)
     w = sd[f'{p}.attn.conv.weight']
@@ -139,8 +177,13 @@ def _soft_attention(x, sd, p, hw, heads, r):
     return F.linear(out, sd[f'{p}.ff.weight'], sd[f'{p}.ff.bias'])
 
 
-def official_forward(sd, img, arch=TINY):
-    """Logits of the released model for one batch of images (eval mode)."""
+def official_forward(sd, img, arch=TINY, normalize=False, newton='ridge'):
+    """Logits of the released model for one batch of images (eval mode).
+
+    ``normalize``: SOFT-Norm's attention. ``newton``: ``'backoff'`` for the
+    inverse of the released code (image by image), ``'ridge'`` for mmsoft's
+    default.
+    """
     heads = arch['num_heads']
     logits = []
     for image in img:
@@ -156,7 +199,8 @@ def official_forward(sd, img, arch=TINY):
             for b in range(arch['depths'][s]):
                 p = f'block{s + 1}.{b}.att'
                 t = _ln(t + _soft_attention(t, sd, f'{p}.mha', hw, heads[s],
-                                            SR_RATIOS[s]), sd, f'{p}.norm1', 1e-5)
+                                            SR_RATIOS[s], normalize, newton),
+                        sd, f'{p}.norm1', 1e-5)
                 hidden = F.gelu(F.linear(t, sd[f'{p}.ff1.weight'], sd[f'{p}.ff1.bias']),
                                 approximate='tanh')
                 mlp = F.linear(hidden, sd[f'{p}.ff2.weight'], sd[f'{p}.ff2.bias'])

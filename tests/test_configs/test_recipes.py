@@ -108,9 +108,9 @@ def test_no_weight_decay_on_norms_biases_position_embeddings_and_class_token():
     names = dict(model.named_parameters())
     assert set(decay) == {id(p) for p in names.values()}
     for name, param in names.items():
-        no_decay = (param.ndim <= 1 or 'pos_embeds' in name or 'cls_token' in name)
+        no_decay = (param.ndim <= 1 or 'pos_embed' in name or 'cls_token' in name)
         assert decay[id(param)] == (0.0 if no_decay else 0.05), name
-    assert any('pos_embeds' in n for n in names) and 'backbone.cls_token' in names
+    assert any('pos_embed' in n for n in names) and 'backbone.stages.3.cls_token' in names
 
 
 @pytest.mark.parametrize('name', [n for n in CONFIGS if n.endswith('_coco.py')])

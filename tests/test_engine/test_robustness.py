@@ -10,6 +10,7 @@ from mmengine.registry import init_default_scope
 import mmsoft  # noqa: F401
 from mmsoft.apis import prepare_config
 from mmsoft.models import SOFT, SOFTAttention
+from mmsoft.models.attention.diagnostics import inverse_residual
 
 ARCH = dict(embed_dims=[16, 32, 32, 64], num_heads=[1, 2, 2, 4], depths=[1, 1, 2, 1])
 
@@ -128,7 +129,7 @@ def test_large_activations_stay_finite_and_report_the_residual(where):
     out = attn(x, (16, 16))
     out.square().mean().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
-    residual = attn.inverse_residual(x, (16, 16))
+    residual = inverse_residual(attn, x, (16, 16))
     assert residual.shape == (2, 2) and torch.isfinite(residual).all()
     assert residual.max() < 1e-3
 

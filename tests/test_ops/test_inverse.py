@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mmsoft.ops import (
+    InverseCfg,
     gaussian_kernel,
     newton_apply,
     newton_inverse,
@@ -121,13 +122,14 @@ def test_eig_newton_in_float32_keeps_the_attention_output(normalize):
     k = q[:, torch.randperm(600, generator=gen)[:100]]
     v = torch.randn(4, 600, 32, generator=gen)
 
-    def attend(method, dtype):
+    def attend(use_eig, dtype):
         return soft_lowrank_attention(q.to(dtype), k.to(dtype), v.to(dtype),
-                                      method=method, normalize=normalize).double()
+                                      InverseCfg(normalize=normalize,
+                                                 use_eig=use_eig)).double()
 
-    ref = attend('newton_loop', torch.float64)
-    for method in ('newton_loop', 'newton_eig'):
-        assert (attend(method, torch.float32) - ref).norm() / ref.norm() < 2e-5
+    ref = attend(False, torch.float64)
+    for use_eig in (False, True):
+        assert (attend(use_eig, torch.float32) - ref).norm() / ref.norm() < 2e-5
 
 
 def test_newton_picks_the_eigendecomposition_for_many_landmarks_on_cpu():

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-import mmsoft.ops.soft_attention as soft_attention_ops
+import mmsoft.ops.lowrank_attention as soft_attention_ops
 from mmsoft.ops import (
+    InverseCfg,
     bottleneck_inverse,
     exact_gaussian_attention,
     gaussian_kernel,
@@ -52,7 +53,7 @@ def test_lowrank_is_the_spec_formula():
     a2 = torch.exp(-torch.cdist(k, k) ** 2 / 2)
     eye = torch.eye(k.shape[1], dtype=torch.float64)
     expected = a1 @ torch.linalg.inv(a2 + 0.01 * eye) @ a1.transpose(-2, -1) @ v
-    out = soft_lowrank_attention(q, k, v, method='solve')
+    out = soft_lowrank_attention(q, k, v, InverseCfg(method='solve'))
     torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-5)
     # The Newton iteration agrees with the exact inverse on such a problem.
     torch.testing.assert_close(soft_lowrank_attention(q, k, v).double(), expected,
@@ -66,10 +67,10 @@ def test_soft_norm_is_symmetric_normalisation():
     eye = torch.eye(k.shape[1], dtype=torch.float64)
     middle = d_inv_sqrt @ torch.linalg.inv(a2 + 0.01 * eye) @ d_inv_sqrt
     torch.testing.assert_close(
-        bottleneck_inverse(a2, method='solve', normalize=True), middle)
+        bottleneck_inverse(a2, InverseCfg(method='solve', normalize=True)), middle)
     a1 = gaussian_kernel(q, k)
     torch.testing.assert_close(
-        soft_lowrank_attention(q, k, v, method='solve', normalize=True),
+        soft_lowrank_attention(q, k, v, InverseCfg(method='solve', normalize=True)),
         a1 @ middle @ a1.transpose(-2, -1) @ v)
 
 
@@ -77,8 +78,8 @@ def test_reference_path_equals_fast_path():
     q, k, v = inputs()
     for normalize in (False, True):
         torch.testing.assert_close(
-            soft_reference_attention(q, k, v, normalize=normalize),
-            soft_lowrank_attention(q, k, v, normalize=normalize),
+            soft_reference_attention(q, k, v, InverseCfg(normalize=normalize)),
+            soft_lowrank_attention(q, k, v, InverseCfg(normalize=normalize)),
             rtol=1e-4, atol=1e-5)
 
 
@@ -102,19 +103,20 @@ def test_tiles_without_autograd_equal_the_autograd_path(monkeypatch, tile_elemen
     q, k, v = inputs()
     for normalize in (False, True):
         with torch.no_grad():
-            tiled = soft_lowrank_attention(q, k, v, normalize=normalize)
-        graph = soft_lowrank_attention(q.requires_grad_(), k, v, normalize=normalize)
+            tiled = soft_lowrank_attention(q, k, v, InverseCfg(normalize=normalize))
+        graph = soft_lowrank_attention(q.requires_grad_(), k, v,
+                                       InverseCfg(normalize=normalize))
         q.requires_grad_(False)
         assert graph.grad_fn is not None and tiled.grad_fn is None
         torch.testing.assert_close(tiled, graph.detach(), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(tiled, soft_reference_attention(
-            q, k, v, normalize=normalize), rtol=1e-4, atol=1e-5)
+            q, k, v, InverseCfg(normalize=normalize)), rtol=1e-4, atol=1e-5)
 
 
 def test_lowrank_with_all_tokens_as_landmarks_is_nearly_exact():
     q, _, v = (t.double() for t in inputs(n=60))
     exact = exact_gaussian_attention(q, v)
-    lowrank = soft_lowrank_attention(q, q, v, method='solve', reg=1e-8)
+    lowrank = soft_lowrank_attention(q, q, v, InverseCfg(method='solve', reg=1e-8))
     torch.testing.assert_close(lowrank, exact, rtol=1e-4, atol=1e-5)
 
 
@@ -130,6 +132,6 @@ def test_half_precision_inputs_compute_in_float32():
 def test_bad_arguments_are_named():
     q, k, v = inputs()
     with pytest.raises(ValueError, match="Unknown inverse method 'lu'"):
-        soft_lowrank_attention(q, k, v, method='lu')
+        soft_lowrank_attention(q, k, v, InverseCfg(method='lu'))
     with pytest.raises(ValueError, match='chunk_size must be positive'):
         soft_lowrank_attention(q, k, v, chunk_size=0)

@@ -1,5 +1,6 @@
 """Released checkpoints convert to mmsoft and give the released model's logits."""
 import importlib.util
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.official_soft import official_forward, official_state_dict
+from mmengine.config import Config
+from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
+from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
 
 import mmsoft  # noqa: F401  (registers SOFT, as custom_imports does)
@@ -55,7 +59,7 @@ def released(tmp_path_factory):
 def test_converted_checkpoint_reproduces_released_logits(released, tmp_path):
     path, weights, _ = released
     out = tmp_path / 'converted.pth'
-    result = run_tool(path, out)
+    result = run_tool(path, out, '--newton', 'ridge')
     assert result.returncode == 0, result.stderr
     model = classifier()
     model.load_state_dict(torch.load(out, weights_only=True)['state_dict'],
@@ -77,10 +81,10 @@ def test_ema_flag_picks_the_ema_weights(released, tmp_path):
     checkpoint = torch.load(out, weights_only=True)
     converted = checkpoint['state_dict']
     classifier().load_state_dict(converted, strict=True)
-    torch.testing.assert_close(converted['backbone.cls_token'], ema['cls_token'])
+    torch.testing.assert_close(converted['backbone.stages.3.cls_token'], ema['cls_token'])
     torch.testing.assert_close(converted['head.fc.weight'], ema['head.weight'])
     torch.testing.assert_close(
-        converted['backbone.stages.2.1.attn.landmark_conv.weight'],
+        converted['backbone.stages.2.blocks.1.attn.landmark_conv.weight'],
         ema['block3.1.att.mha.attn.Qlandmark_op.weight'])
 
 
@@ -91,7 +95,7 @@ def test_bare_state_dict_and_model_key_are_accepted(tmp_path):
         torch.save(payload, src)
         assert call_tool(src, dst) == (0, '')
         converted = torch.load(dst, weights_only=True)['state_dict']
-        assert 'backbone.stages.2.2.attn.landmark_conv.weight' in converted
+        assert 'backbone.stages.2.blocks.2.attn.landmark_conv.weight' in converted
         assert 'head.fc.weight' in converted
 
 
@@ -131,3 +135,81 @@ def test_small_custom_arch_matches_the_released_forward(size):
         ours = model(img, mode='tensor')
     expected = official_forward(weights, img, arch=arch)
     assert (ours - expected).norm() / expected.norm() < 1e-4
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def config_model(name):
+    """The classifier of a config in ``configs/``, as tools/test.py builds it."""
+    init_default_scope('mmpretrain')
+    return MODELS.build(Config.fromfile(REPO / 'configs' / name).model).eval()
+
+
+@pytest.mark.parametrize('config,normalize', [('soft_tiny_imagenet.py', False),
+                                              ('softnorm_tiny_imagenet.py', True)])
+@pytest.mark.parametrize('flags', [(), ('--newton', 'ridge')])
+def test_newton_flag_is_carried_by_the_checkpoint(released, tmp_path, config,
+                                                  normalize, flags):
+    """The back-off twins of the released-forward test, for SOFT and SOFT-Norm."""
+    path, weights, _ = released
+    out = tmp_path / 'converted.pth'
+    assert call_tool(path, out, *flags) == (0, '')
+    newton = flags[1] if flags else 'backoff'   # the default is the releases'
+    assert torch.load(out, weights_only=True)['meta']['newton'] == newton
+    model = config_model(config)
+    assert model.backbone.newton == 'ridge'     # from scratch: ridge
+    records = _Records()
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(records)
+    try:
+        load_checkpoint(model, str(out), map_location='cpu', strict=True)
+    finally:
+        logger.removeHandler(records)
+    assert model.backbone.newton == newton
+    if newton == 'backoff':
+        assert any("Newton inverse 'backoff' taken from the checkpoint" in m
+                   for m in records.messages), records.messages
+    # In float64, so that the two inverses (4e-5 apart here) are told apart.
+    img = torch.randn(1, 3, 128, 160, dtype=torch.float64)
+    weights = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
+    with torch.no_grad():
+        ours = model.double()(img, mode='tensor')
+    expected = official_forward(weights, img, normalize=normalize, newton=newton)
+    other = official_forward(weights, img, normalize=normalize,
+                             newton='ridge' if newton == 'backoff' else 'backoff')
+    assert (ours - expected).norm() / expected.norm() < 1e-12
+    assert (other - expected).norm() / expected.norm() > 1e-6  # a different network
+
+
+def test_dense_fine_tuning_keeps_the_checkpoints_inverse(released, tmp_path):
+    from mmsoft.models import SOFT
+    path, _, _ = released
+    out = tmp_path / 'converted.pth'
+    assert call_tool(path, out) == (0, '')
+    init = dict(type='Pretrained', checkpoint=str(out), prefix='backbone.')
+    dense = SOFT(arch='tiny-norm', out_type='featmap', out_indices=(0, 1, 2, 3),
+                 init_cfg=init)
+    dense.init_weights()
+    assert dense.newton == 'backoff'
+    assert dense.state_dict()['newton_variant'] == 1
+    assert all(attn.inverse.backoff and attn.inverse.reg == 0 and attn.normalize
+               for attn in dense.soft_attentions)
+    told = SOFT(arch='tiny-norm', out_type='featmap', out_indices=(0, 1, 2, 3),
+                init_cfg=init, newton='ridge')
+    told.init_weights()
+    assert told.newton == 'ridge'               # the config says otherwise
+
+
+def test_bad_newton_value_is_explained(released, tmp_path, capsys):
+    path, _, _ = released
+    status, _ = call_tool(path, tmp_path / 'x.pth', '--newton', 'exact')
+    assert status != 0
+    assert "invalid choice: 'exact'" in capsys.readouterr().err
+    assert not (tmp_path / 'x.pth').exists()

@@ -68,14 +68,14 @@ def test_preset_flops_match_the_paper(arch):
 
 
 def test_kernel_spread_over_tiles_is_computed_once_per_pass(monkeypatch):
-    import mmsoft.ops.soft_attention as ops
+    import mmsoft.ops.lowrank_attention as ops
     n, m, d = 64, 8, 4
     q, k, v = torch.rand(1, n, d), torch.rand(1, m, d), torch.rand(1, n, d)
 
     def kernel_macs(tile_elements):
         monkeypatch.setattr(ops, 'TILE_ELEMENTS', tile_elements)
         with torch.no_grad(), FlopCounter() as counter:
-            ops.soft_lowrank_attention(q, k, v, method='solve')
+            ops.soft_lowrank_attention(q, k, v, ops.InverseCfg(method='solve'))
         return counter.total
 
     # Several tiles recompute the N x m kernel (products and exponentials).

@@ -1,7 +1,8 @@
 """Save a picture of SOFT's attention for one query position (paper Fig. 3 style).
 
-The weights come from the low-rank factors (SOFTAttention.attention_row), so
-large images never need the N x N matrix.
+The weights come from the low-rank factors
+(:func:`mmsoft.models.attention.diagnostics.attention_row`), so large images
+never need the N x N matrix.
 
 Examples:
     python tools/analysis/visualize_attention.py configs/soft_tiny_imagenet.py \
@@ -21,6 +22,7 @@ from mmengine.runner import load_checkpoint
 from PIL import Image
 
 import mmsoft  # noqa: F401
+from mmsoft.models.attention import SOFTAttention, attention_row
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,8 +59,8 @@ def load_image(path: str, size: int, mean: List[float], std: List[float]):
 
 def attention_maps(backbone, image: torch.Tensor, stage: int, block: int,
                    query: List[float]) -> torch.Tensor:
-    """(h, H, W) weights of the chosen query in ``stages[stage][block]``."""
-    attn = backbone.stages[stage][block].attn
+    """(h, H, W) weights of the chosen query in ``stages[stage].blocks[block]``."""
+    attn = backbone.stages[stage].blocks[block].attn
     captured = {}
     handle = attn.register_forward_pre_hook(
         lambda module, inputs: captured.update(x=inputs[0], hw=inputs[1]))
@@ -70,7 +72,7 @@ def attention_maps(backbone, image: torch.Tensor, stage: int, block: int,
     height, width = captured['hw']
     row = min(int(query[0] * height), height - 1)
     col = min(int(query[1] * width), width - 1)
-    weights = attn.attention_row(captured['x'], captured['hw'], row * width + col)
+    weights = attention_row(attn, captured['x'], captured['hw'], row * width + col)
     return weights[0].view(-1, height, width), (row + 0.5) / height, (col + 0.5) / width
 
 
@@ -110,11 +112,15 @@ def main(argv=None) -> Optional[str]:
     if checkpoint:
         load_checkpoint(model, checkpoint, map_location='cpu', strict=False)
     backbone = model.backbone
-    if not 0 <= args.stage < min(3, len(backbone.stages)):
-        raise SystemExit(f'--stage must be 0-2 (a SOFT stage), got {args.stage}.')
-    if not 0 <= args.block < len(backbone.stages[args.stage]):
-        raise SystemExit(f'--block must be below {len(backbone.stages[args.stage])}.')
-    heads = backbone.stages[args.stage][args.block].attn.num_heads
+    soft_stages = [i for i, stage in enumerate(backbone.stages)
+                   if isinstance(stage.blocks[0].attn, SOFTAttention)]
+    if args.stage not in soft_stages:
+        raise SystemExit(f'--stage must be one of {soft_stages} (a stage of SOFT '
+                         f'attention), got {args.stage}.')
+    blocks = backbone.stages[args.stage].blocks
+    if not 0 <= args.block < len(blocks):
+        raise SystemExit(f'--block must be below {len(blocks)}.')
+    heads = blocks[args.block].attn.num_heads
     if any(not 0 <= h < heads for h in args.heads):
         raise SystemExit(f'--heads must be in 0..{heads - 1} for this layer.')
     preprocessor = (cfg.model.get('data_preprocessor')

@@ -1,4 +1,5 @@
-"""Attention modules: SOFT and the peers it is compared with."""
+"""Token mixers: SOFT attention, the peers it is compared with, and their contract."""
+from .diagnostics import attention_row, inverse_residual
 from .peers import (
                     NystromAttention,
                     PerformerAttention,
@@ -6,8 +7,10 @@ from .peers import (
                     SpatialReductionAttention,
 )
 from .soft_attention import SOFTAttention
+from .token_mixer import TokenMixer, build_token_mixer, check_tokens
 
 __all__ = [
     'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
-    'PerformerAttention', 'NystromAttention'
+    'PerformerAttention', 'NystromAttention', 'TokenMixer', 'build_token_mixer',
+    'check_tokens', 'attention_row', 'inverse_residual'
 ]

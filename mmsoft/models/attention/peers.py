@@ -1,13 +1,13 @@
 """Other efficient attentions that plug into the SOFT backbone in SOFT's place.
 
 The paper's Table 1 setting: the SOFT-Tiny architecture with its stage 1-3
-token mixer swapped. Each module takes the backbone's arguments
-(``embed_dims``, ``num_heads``, ``sr_ratio``, ``conv_size``) and is called as
-``attn(x, hw_shape)``; use one with
+token mixer swapped. Each module follows the token-mixer contract of
+:mod:`.token_mixer` (built with ``embed_dims`` and ``num_heads``, declaring
+the backbone hints it uses, called as ``attn(x, hw_shape)``); use one with
 ``SOFT(attn_cfg=dict(type='SoftmaxAttention2d'))``. All have q, k, v and
 output projections (SOFT has no key projection, so they hold ``C^2 + C``
-more parameters per layer) and none uses ``conv_size`` (SOFT's value
-convolution is part of SOFT).
+more parameters per layer); none takes ``conv_size`` (SOFT's value
+convolution is part of SOFT), and only the two that pool take ``sr_ratio``.
 """
 import math
 from typing import Optional, Tuple
@@ -15,28 +15,19 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmsoft.registry import register_model
 
-from .soft_attention import check_tokens
+from .token_mixer import TokenMixer
 
 
-class _QKVAttention(BaseModule):
+class _QKVAttention(TokenMixer):
     """Shared projections and head reshaping of the peers."""
 
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
-        if embed_dims % num_heads != 0:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by '
-                             f'num_heads ({num_heads}).')
-        self.embed_dims = embed_dims
-        self.num_heads = num_heads
-        self.head_dims = embed_dims // num_heads
-        self.sr_ratio = sr_ratio
+        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
         self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
@@ -61,11 +52,12 @@ class _QKVAttention(BaseModule):
 class SoftmaxAttention2d(_QKVAttention):
     """Full softmax attention, O(N^2) (the "Transformer" row of Table 1).
 
+    Also the attention of the class-token stage (:meth:`attend` takes tokens
+    without a grid).
+
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Heads.
-        sr_ratio (int): Unused; accepted for the backbone. Defaults to 1.
-        conv_size (int): Unused. Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         use_sdpa (bool): Use ``F.scaled_dot_product_attention`` (fused kernels)
             instead of the plain softmax of ``Q K^T``. Defaults to True.
@@ -84,15 +76,17 @@ class SoftmaxAttention2d(_QKVAttention):
         torch.Size([1, 512])
     """
 
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True, use_sdpa: bool = True,
-                 init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, sr_ratio, conv_size, qkv_bias,
-                         init_cfg)
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 use_sdpa: bool = True, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias, init_cfg)
         self.use_sdpa = use_sdpa
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
+        return self.attend(x)
+
+    def attend(self, x: Tensor) -> Tensor:
+        """Softmax attention over any tokens (B, N, C), a class token included."""
         q, k, v = self.qkv(x)
         if self.use_sdpa:
             out = F.scaled_dot_product_attention(q, k, v)
@@ -114,7 +108,6 @@ class SpatialReductionAttention(_QKVAttention):
         embed_dims (int): Channels C.
         num_heads (int): Heads.
         sr_ratio (int): Reduction ratio r. Defaults to 1 (no reduction).
-        conv_size (int): Unused. Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
 
@@ -127,16 +120,15 @@ class SpatialReductionAttention(_QKVAttention):
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True,
-                 init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, sr_ratio, conv_size, qkv_bias,
-                         init_cfg)
+                 qkv_bias: bool = True, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias, init_cfg)
+        self.sr_ratio = sr_ratio
         if sr_ratio > 1:
             self.sr = nn.Conv2d(embed_dims, embed_dims, sr_ratio, sr_ratio)
             self.norm = nn.LayerNorm(embed_dims)
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
         source = x
         if self.sr_ratio > 1 and min(hw_shape) >= self.sr_ratio:
             grid = x.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
@@ -156,8 +148,6 @@ class PerformerAttention(_QKVAttention):
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Heads.
-        sr_ratio (int): Unused. Defaults to 1.
-        conv_size (int): Unused. Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         num_features (int, optional): Random features per head; defaults to
             ``d * log(d)`` rounded up.
@@ -171,12 +161,10 @@ class PerformerAttention(_QKVAttention):
         torch.Size([2, 3136, 64])
     """
 
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
                  num_features: Optional[int] = None,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, sr_ratio, conv_size, qkv_bias,
-                         init_cfg)
+        super().__init__(embed_dims, num_heads, qkv_bias, init_cfg)
         d = self.head_dims
         self.num_features = num_features or math.ceil(d * math.log(max(d, 2)))
         self.register_buffer('features', self._draw(), persistent=True)
@@ -205,7 +193,7 @@ class PerformerAttention(_QKVAttention):
         return torch.exp(proj - sq - shift.detach()) / math.sqrt(self.num_features)
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
         q, k, v = self.qkv(x)
         q_prime = self._feature_map(q, True)
         k_prime = self._feature_map(k, False)
@@ -227,7 +215,6 @@ class NystromAttention(_QKVAttention):
         embed_dims (int): Channels C.
         num_heads (int): Heads.
         sr_ratio (int): Pooling window r. Defaults to 1.
-        conv_size (int): Unused. Defaults to 3.
         qkv_bias (bool): Bias in the projections. Defaults to True.
         num_iters (int): Pseudo-inverse iterations. Defaults to 6.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
@@ -241,10 +228,10 @@ class NystromAttention(_QKVAttention):
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1,
-                 conv_size: int = 3, qkv_bias: bool = True, num_iters: int = 6,
+                 qkv_bias: bool = True, num_iters: int = 6,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, sr_ratio, conv_size, qkv_bias,
-                         init_cfg)
+        super().__init__(embed_dims, num_heads, qkv_bias, init_cfg)
+        self.sr_ratio = sr_ratio
         self.num_iters = num_iters
 
     def _pool(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
@@ -266,7 +253,7 @@ class NystromAttention(_QKVAttention):
         return z
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
         q, k, v = self.qkv(x)
         q = q * self.head_dims**-0.5
         q_land, k_land = self._pool(q, hw_shape), self._pool(k, hw_shape)

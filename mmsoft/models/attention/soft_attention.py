@@ -5,20 +5,18 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmsoft.ops import (
-    METHODS,
-    bottleneck_inverse,
+    InverseCfg,
     exact_gaussian_attention,
     exporting,
-    gaussian_kernel,
-    newton_residual,
     soft_lowrank_attention,
     soft_reference_attention,
 )
 from mmsoft.registry import register_model
+
+from .token_mixer import TokenMixer
 
 LANDMARKS = ('conv', 'avgpool')
 MODES = ('lowrank', 'exact')
@@ -28,30 +26,6 @@ AUTO_CHUNK_ELEMENTS = 1 << 26  # chunk when one N x m kernel exceeds 256 MiB fp3
 # 3.6 s and 397 MiB with 4096-token chunks against 7.2 s and 1306 MiB with
 # two chunks of 2^26 elements.
 CHUNK_ELEMENTS = 1 << 22
-
-
-def check_tokens(x: Tensor, hw_shape: Tuple[int, int], embed_dims: int) -> None:
-    """Check that tokens ``x`` of shape (B, N, C) lie on the grid ``hw_shape``.
-
-    Raises:
-        TypeError: ``x`` is not a tensor.
-        ValueError: Wrong rank, channel count, or ``N != H * W``.
-    """
-    if not isinstance(x, Tensor):
-        raise TypeError(f'Expected tokens as a Tensor, got {type(x).__name__}.')
-    if x.dim() != 3:
-        raise ValueError(
-            f'Expected tokens of shape (B, N, C), got {x.dim()}-D input of shape '
-            f'{tuple(x.shape)}; flatten a (B, C, H, W) map with '
-            'x.flatten(2).transpose(1, 2).')
-    if x.shape[-1] != embed_dims:
-        raise ValueError(f'Expected {embed_dims} channels per token, got '
-                         f'{x.shape[-1]}.')
-    height, width = hw_shape
-    if x.shape[1] != height * width:
-        raise ValueError(
-            f'Got {x.shape[1]} tokens but hw_shape {tuple(hw_shape)} has '
-            f'{height * width} positions; pass the grid the tokens come from.')
 
 
 def capped_grid(height: int, width: int, max_landmarks: int) -> Tuple[int, int]:
@@ -75,7 +49,7 @@ def capped_grid(height: int, width: int, max_landmarks: int) -> Tuple[int, int]:
 
 
 @register_model
-class SOFTAttention(BaseModule):
+class SOFTAttention(TokenMixer):
     """Softmax-free attention (SOFT) with linear complexity.
 
     Queries double as keys (the Gaussian kernel is then symmetric positive
@@ -86,6 +60,13 @@ class SOFTAttention(BaseModule):
     ``A2 = k(Q~, Q~)`` (m x m) and ``pinv`` by 20 Newton-Raphson steps. A
     depthwise ``k x k`` convolution of the values, one filter per head, is
     added before the output projection.
+
+    The arguments fall in three groups. The model (they change the
+    function): ``sr_ratio``, ``conv_size``, ``qkv_bias``, ``normalize``,
+    ``landmark``, ``max_landmarks``, ``inverse`` and ``mode``. The
+    implementation (same function): ``impl`` and ``chunk_size``.
+    Diagnostics (attention rows, inverse residuals) live in
+    :mod:`mmsoft.models.attention.diagnostics`.
 
     Args:
         embed_dims (int): Channels C of the tokens.
@@ -105,28 +86,30 @@ class SOFTAttention(BaseModule):
             landmark grid is average-pooled down to at most this many cells
             (aspect ratio kept), so the cost stays linear in N at large
             inputs. Defaults to None (no cap, as released).
+        inverse (dict | InverseCfg, optional): How ``pinv(A2)`` is computed:
+            the fields of :class:`mmsoft.ops.InverseCfg` (``method``,
+            ``num_iters``, ``reg``, ``backoff``, ``use_eig``) or
+            ``variant='ridge'``/``'backoff'``; ``normalize`` is set above.
+            Defaults to None: ``InverseCfg()``, 20 Newton steps on
+            ``A2 + 0.01 I``.
         mode (str): ``'lowrank'`` or ``'exact'`` (the full N x N kernel the
             low-rank product approximates; quadratic memory, for tests and
-            small inputs). Defaults to ``'lowrank'``.
-        method (str): Inverse of the landmark kernel: ``'newton'`` (the
-            released models' Newton iterate, by the loop or, on CPU from
-            96 landmarks, from one eigendecomposition, whichever is faster),
-            ``'newton_loop'`` or ``'newton_eig'`` (force one of the two) or
-            ``'solve'`` (exact inverse of ``A2 + reg I``; a different function
-            where 20 Newton steps have not converged, as at detection sizes).
-            Defaults to ``'newton'``.
-        num_iters (int): Newton iterations. Defaults to 20.
-        reg (float): Ridge added to ``A2``'s diagonal. Defaults to 0.01.
-        chunk_size (int | str | None): Evaluate the low-rank product in chunks
-            of this many tokens, recomputing them in the backward instead of
-            storing the N x m kernel (with autograd; without it the product
-            always runs in cache-sized tiles). ``'auto'`` chunks only when
-            one N x m kernel per batch would exceed 2^26 elements, then in
-            chunks of 2^22 elements; None never chunks.
-            Defaults to ``'auto'``.
+            small inputs). ``'exact'`` uses no landmarks and no inverse, so
+            ``max_landmarks``, ``inverse``, ``normalize``, ``impl`` and
+            ``chunk_size`` are errors with it; ``landmark`` still decides
+            the parameters, so the weights load either way.
+            Defaults to ``'lowrank'``.
         impl (str): ``'fast'`` or ``'reference'`` (the plain evaluation of
             the kernel attention and the value convolution, for comparisons;
-            same parameters and function). Defaults to ``'fast'``.
+            same parameters and function, never chunked). Defaults to
+            ``'fast'``.
+        chunk_size (int | str | None): Fast path: evaluate the low-rank
+            product in chunks of this many tokens, recomputing them in the
+            backward instead of storing the N x m kernel (with autograd;
+            without it the product always runs in cache-sized tiles).
+            ``'auto'`` chunks only when one N x m kernel per batch would
+            exceed 2^26 elements, then in chunks of 2^22 elements; None never
+            chunks. Defaults to ``'auto'``.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
 
     Examples:
@@ -137,6 +120,9 @@ class SOFTAttention(BaseModule):
         >>> x = torch.rand(2, 56 * 56, 64)
         >>> attn(x, (56, 56)).shape
         torch.Size([2, 3136, 64])
+        >>> released = SOFTAttention(64, 2, inverse=dict(variant='backoff'))
+        >>> released.inverse.backoff, released.inverse.reg
+        (True, 0.0)
     """
 
     def __init__(self,
@@ -148,21 +134,14 @@ class SOFTAttention(BaseModule):
                  normalize: bool = False,
                  landmark: str = 'conv',
                  max_landmarks: Optional[int] = None,
+                 inverse: Union[dict, InverseCfg, None] = None,
                  mode: str = 'lowrank',
-                 method: str = 'newton',
-                 num_iters: int = 20,
-                 reg: float = 0.01,
-                 chunk_size: Union[int, str, None] = 'auto',
                  impl: str = 'fast',
+                 chunk_size: Union[int, str, None] = 'auto',
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
-        if embed_dims % num_heads != 0:
-            raise ValueError(
-                f'embed_dims ({embed_dims}) must be divisible by num_heads '
-                f'({num_heads}); change one of them.')
+        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
         for name, value, choices in (('landmark', landmark, LANDMARKS),
                                      ('mode', mode, MODES),
-                                     ('method', method, METHODS),
                                      ('impl', impl, IMPLS)):
             if value not in choices:
                 raise ValueError(f'Unknown {name} {value!r}; use one of {choices}.')
@@ -176,17 +155,26 @@ class SOFTAttention(BaseModule):
                 (isinstance(chunk_size, int) and chunk_size > 0)):
             raise ValueError(f"chunk_size must be a positive int, 'auto' or None, "
                              f'got {chunk_size!r}.')
-        self.embed_dims = embed_dims
-        self.num_heads = num_heads
-        self.head_dims = embed_dims // num_heads
+        if impl == 'reference' and chunk_size not in (None, 'auto'):
+            raise ValueError(f"impl='reference' never chunks; drop chunk_size="
+                             f'{chunk_size!r} or use the fast path.')
+        if mode == 'exact':
+            unused = [name for name, value, default in (
+                ('max_landmarks', max_landmarks, None), ('inverse', inverse, None),
+                ('normalize', normalize, False), ('impl', impl, 'fast'),
+                ('chunk_size', chunk_size, 'auto')) if value != default]
+            if unused:
+                raise ValueError(f"mode='exact' is the full N x N kernel without "
+                                 f'landmarks or inverse; it does not use {unused}. '
+                                 'Remove them or use the default low-rank mode.')
+        if isinstance(inverse, dict) and 'normalize' in inverse:
+            raise ValueError('Set normalize on SOFTAttention (normalize=True), not '
+                             'in its inverse settings.')
         self.sr_ratio = sr_ratio
-        self.normalize = normalize
         self.landmark = landmark
         self.max_landmarks = max_landmarks
+        self.inverse = InverseCfg.build(inverse, normalize=normalize)
         self.mode = mode
-        self.method = method
-        self.num_iters = num_iters
-        self.reg = reg
         self.chunk_size = chunk_size
         self.impl = impl
 
@@ -202,10 +190,15 @@ class SOFTAttention(BaseModule):
                                 bias=False)
         self.proj = nn.Linear(embed_dims, embed_dims)
 
+    @property
+    def normalize(self) -> bool:
+        """Whether this is SOFT-Norm's attention."""
+        return self.inverse.normalize
+
     def extra_repr(self) -> str:
-        return (f'sr_ratio={self.sr_ratio}, normalize={self.normalize}, '
-                f'landmark={self.landmark!r}, mode={self.mode!r}, '
-                f'method={self.method!r}, max_landmarks={self.max_landmarks}')
+        return (f'sr_ratio={self.sr_ratio}, landmark={self.landmark!r}, '
+                f'mode={self.mode!r}, max_landmarks={self.max_landmarks}, '
+                f'inverse={self.inverse}')
 
     def landmarks(self, q_map: Tensor) -> Tensor:
         """Landmark tokens from query maps.
@@ -267,61 +260,24 @@ class SOFTAttention(BaseModule):
             return F.linear(x.to(dtype), self.q.weight.to(dtype),
                             None if bias is None else bias.to(dtype))
 
-    @torch.no_grad()
-    def attention_row(self, x: Tensor, hw_shape: Tuple[int, int],
-                      index: int) -> Tensor:
-        """Kernel attention weights of one query over all tokens, per head.
-
-        Row ``index`` of ``A1 P A1^T`` from the low-rank factors, in O(N m)
-        memory (the N x N matrix is never formed); in exact mode, the row of
-        the full kernel. The value convolution is not part of it.
+    def query_heads(self, x: Tensor) -> Tensor:
+        """Scaled queries with batch and heads folded, (B * h, N, d).
 
         Args:
             x (Tensor): Tokens (B, N, C).
-            hw_shape (tuple[int, int]): Their grid (H, W).
-            index (int): Query position, ``row * W + column``.
 
         Returns:
-            Tensor: (B, h, N).
+            Tensor: ``q * d ** -0.25`` per head, float32 or float64.
         """
-        check_tokens(x, hw_shape, self.embed_dims)
         batch, num_tokens, _ = x.shape
         h, d = self.num_heads, self.head_dims
         q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
-        q = (q * d**-0.25).reshape(batch * h, num_tokens, d)
-        query = q[:, index:index + 1]
-        if self.mode == 'exact':
-            return gaussian_kernel(query, q).view(batch, h, num_tokens)
-        landmarks = self.landmarks(q.transpose(1, 2).reshape(batch * h, d, *hw_shape))
-        middle = bottleneck_inverse(gaussian_kernel(landmarks, landmarks), self.method,
-                                    self.num_iters, self.reg, self.normalize)
-        row = (gaussian_kernel(query, landmarks) @ middle) @ gaussian_kernel(
-            landmarks, q)
-        return row.view(batch, h, num_tokens)
+        return (q * d**-0.25).reshape(batch * h, num_tokens, d)
 
-    @torch.no_grad()
-    def inverse_residual(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """How well the bottleneck inverse of this input was computed.
-
-        Args:
-            x (Tensor): Tokens (B, N, C).
-            hw_shape (tuple[int, int]): Their grid (H, W).
-
-        Returns:
-            Tensor: ``||P V P - P|| / ||P||`` per image and head, (B, h), with
-            ``P = A2 + reg I`` and ``V`` the inverse used by ``method``; near
-            zero when the Newton iteration has converged.
-        """
-        check_tokens(x, hw_shape, self.embed_dims)
-        batch, num_tokens, _ = x.shape
-        h, d = self.num_heads, self.head_dims
-        q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
-        q_map = (q * d**-0.25).reshape(batch * h, num_tokens, d).transpose(1, 2)
-        landmarks = self.landmarks(q_map.reshape(batch * h, d, *hw_shape))
-        a2 = gaussian_kernel(landmarks, landmarks)
-        inverse = bottleneck_inverse(a2, self.method, self.num_iters, self.reg)
-        eye = torch.eye(a2.shape[-1], dtype=a2.dtype, device=a2.device)
-        return newton_residual(a2 + self.reg * eye, inverse).view(batch, h)
+    def query_landmarks(self, q: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        """Landmarks (B * h, m, d) of folded queries ``q`` (B * h, N, d)."""
+        return self.landmarks(q.transpose(1, 2).reshape(q.shape[0], self.head_dims,
+                                                        *hw_shape))
 
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:
@@ -341,13 +297,10 @@ class SOFTAttention(BaseModule):
         Returns:
             Tensor: (B, N, C).
         """
-        check_tokens(x, hw_shape, self.embed_dims)
+        self.check(x, hw_shape)
         batch, num_tokens, _ = x.shape
-        height, width = hw_shape
         h, d = self.num_heads, self.head_dims
-        # (B * h, N, d): batch and heads folded into one batch dimension.
-        q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
-        q = (q * d**-0.25).reshape(batch * h, num_tokens, d)
+        q = self.query_heads(x)  # (B * h, N, d): batch and heads folded
         v = self.v(x)  # (B, N, C), channel c = head * d + j
         v_heads = v.view(batch, num_tokens, h, d).transpose(1, 2).reshape(
             batch * h, num_tokens, d)
@@ -355,17 +308,15 @@ class SOFTAttention(BaseModule):
         if self.mode == 'exact':
             out = exact_gaussian_attention(q, v_heads)
         else:
-            q_map = q.transpose(1, 2).reshape(batch * h, d, height, width)
-            landmarks = self.landmarks(q_map)
-            kwargs = dict(method=self.method, num_iters=self.num_iters,
-                          reg=self.reg, normalize=self.normalize)
+            landmarks = self.query_landmarks(q, hw_shape)
             if self.impl == 'reference':
-                out = soft_reference_attention(q, landmarks, v_heads, **kwargs)
+                out = soft_reference_attention(q, landmarks, v_heads, self.inverse,
+                                               group=h)
             else:
                 chunk = self.resolve_chunk_size(batch * h, num_tokens,
                                                 landmarks.shape[1])
-                out = soft_lowrank_attention(q, landmarks, v_heads,
-                                             chunk_size=chunk, **kwargs)
+                out = soft_lowrank_attention(q, landmarks, v_heads, self.inverse,
+                                             chunk_size=chunk, group=h)
 
         out = out.view(batch, h, num_tokens, d).transpose(1, 2).reshape(
             batch, num_tokens, self.embed_dims)

@@ -4,20 +4,22 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
+from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmsoft.ops import exporting
+from mmsoft.ops import InverseCfg, exporting
 from mmsoft.registry import register_model
 
-from ..utils.pos_embed import resize_pos_embed
-from .soft_blocks import ClassTokenBlock, ConvPatchEmbed, SOFTBlock
+from ..attention.soft_attention import SOFTAttention
+from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
+from .soft_stages import ClassTokenStage, SOFTStage
 
 _TINY = dict(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16],
              depths=[1, 2, 3, 2])
+STAGE_KINDS = (SOFTStage, SOFTStage, SOFTStage, ClassTokenStage)
 OUT_TYPES = ('cls_token', 'featmap')
 MIN_INPUT_SIZE = 32
 STRIDES = (4, 8, 16, 32)
@@ -39,13 +41,20 @@ def _half(size: int, times: int) -> int:
 class SOFT(BaseModule):
     """SOFT: softmax-free transformer backbone with linear-complexity attention.
 
-    Four stages at strides 4, 8, 16 and 32. Stages 1-3 use post-norm blocks
-    with SOFT attention (landmark ratios 8, 4, 2 and value-convolution sizes
-    9, 5, 3); stage 4 prepends a class token and uses pre-norm softmax
-    attention blocks. Each stage adds learned position embeddings defined for
-    ``img_size`` and resized bilinearly to the actual grid, so any input of
-    at least 32 px works. Parameter names follow :mod:`mmsoft`'s layout;
-    ``tools/model_converters/soft2mmsoft.py`` converts released checkpoints.
+    Four stages at strides 4, 8, 16 and 32, each a module
+    (:mod:`.soft_stages`) that owns its patch embedding, position embedding
+    and blocks. Stages 1-3 (:class:`SOFTStage`) use post-norm blocks with
+    SOFT attention (landmark ratios 8, 4, 2 and value-convolution sizes
+    9, 5, 3); stage 4 (:class:`ClassTokenStage`) prepends a class token and
+    uses pre-norm softmax attention blocks and the final norm. Each stage
+    adds learned position embeddings defined for ``img_size`` and resized
+    bilinearly to the actual grid, so any input of at least 32 px works.
+    Parameter names follow :mod:`mmsoft`'s layout (``stages.{i}.patch_embed``,
+    ``.pos_embed``, ``.blocks.{j}``, ``stages.3.cls_token``,
+    ``stages.3.norm``); checkpoints of the earlier layout (``patch_embeds.i``,
+    ``pos_embeds.i``, ``stages.i.j``, ``cls_token``, ``norm``) are renamed
+    on load, and ``tools/model_converters/soft2mmsoft.py`` converts released
+    checkpoints.
 
     Args:
         arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'``,
@@ -78,11 +87,12 @@ class SOFT(BaseModule):
         drop_path_mode (str): In stages 1-3, ``'dropout'`` (element-wise, as
             released) or ``'droppath'`` (stochastic depth). Stage 4 always
             uses stochastic depth. Defaults to ``'dropout'``.
-        attn_cfg (dict, optional): Token mixer of stages 1-3; any registered
-            module taking ``embed_dims``, ``num_heads``, ``sr_ratio``,
-            ``conv_size`` and called as ``attn(x, hw_shape)``. Defaults to
-            ``dict(type='SOFTAttention')`` (with ``normalize=True`` for
-            SOFT-Norm archs).
+        attn_cfg (dict, optional): Token mixer of stages 1-3: any registered
+            module following the contract of
+            :mod:`mmsoft.models.attention.token_mixer`; it receives the hints
+            ``sr_ratio``, ``conv_size``, ``normalize`` (True for SOFT-Norm
+            archs) and ``inverse`` that its constructor declares. Defaults to
+            ``dict(type='SOFTAttention')``.
         frozen_stages (int): -1 freezes nothing, 0 the stem (stage 1's patch
             and position embeddings), k in 1-4 the stem and stages 1..k
             (4 includes the class token and final norm). Frozen parts stay in
@@ -95,6 +105,15 @@ class SOFT(BaseModule):
             input holds NaN or Inf (in eager mode only: skipped while
             exporting or under ``torch.compile``, where it would split the
             graph). Defaults to True.
+        newton (str, optional): The Newton inverse of the SOFT attention:
+            ``'ridge'`` (``A2 + 0.01 I``, a step per head) or ``'backoff'``
+            (the released checkpoints' inverse, see
+            :data:`mmsoft.ops.NEWTON_VARIANTS`). The choice is stored in the
+            state dict (``newton_variant``); with None the model starts with
+            ``'ridge'`` and takes the variant a loaded checkpoint records
+            (and logs it), so converted releases and models fine-tuned from
+            them keep their inverse. Set it (or ``inverse`` in ``attn_cfg``)
+            to override the checkpoint. Defaults to None.
         init_cfg (dict, optional): Initialisation; ``dict(type='Pretrained',
             checkpoint=..., prefix='backbone.')`` loads weights strictly,
             resizing position embeddings. Defaults to None.
@@ -110,6 +129,8 @@ class SOFT(BaseModule):
         torch.Size([1, 512])
     """
 
+    _version = 2  # 2: stages as modules; 1: parallel lists of embeddings and stages
+    optional_state_keys = ('newton_variant', )  # absent from older checkpoints
     arch_zoo: Dict[str, dict] = {
         **dict.fromkeys(['t', 'tiny'], _TINY),
         **dict.fromkeys(['s', 'small'], {**_TINY, 'depths': [1, 3, 7, 4]}),
@@ -140,6 +161,7 @@ class SOFT(BaseModule):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  check_finite: bool = True,
+                 newton: Optional[str] = None,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self.parse_arch(arch)
@@ -161,44 +183,65 @@ class SOFT(BaseModule):
         self.check_finite = check_finite
 
         attn_cfg = copy.deepcopy(attn_cfg) if attn_cfg else dict(type='SOFTAttention')
-        if s['normalize'] and attn_cfg.get('type') in ('SOFTAttention',
-                                                       'mmsoft.SOFTAttention'):
-            attn_cfg.setdefault('normalize', True)
+        if newton is not None and 'inverse' in attn_cfg:
+            raise ValueError('Set the inverse once: newton= on SOFT or inverse= in '
+                             'attn_cfg, not both.')
+        inverse = None if newton is None else InverseCfg.from_variant(newton)
+        # A choice in the config wins over the one a checkpoint records.
+        self.newton_from_config = newton is not None or 'inverse' in attn_cfg
         dpr = torch.linspace(0, drop_path_rate, sum(self.depths)).tolist()
         # Only stages up to the last one used are built (no unused parameters).
         self.num_stages = 4 if out_type == 'cls_token' else max(self.out_indices) + 1
-        self.patch_embeds = nn.ModuleList()
-        self.pos_embeds = nn.ParameterList()
         self.stages = nn.ModuleList()
         channels = in_channels
         for i in range(self.num_stages):
             dims = self.embed_dims[i]
-            stem = s['stem_channels'] if i == 0 else None
-            self.patch_embeds.append(ConvPatchEmbed(channels, dims, stem))
-            grid = _half(img_size, 2 + i)
-            extra = 1 if i == 3 else 0
-            self.pos_embeds.append(nn.Parameter(torch.zeros(1, extra + grid**2, dims)))
-            rates = dpr[sum(self.depths[:i]):sum(self.depths[:i + 1])]
-            if i < 3:
-                blocks = [
-                    SOFTBlock(dims, s['num_heads'][i], s['sr_ratios'][i],
-                              s['conv_sizes'][i], s['mlp_ratios'][i], rate,
-                              drop_path_mode, attn_cfg) for rate in rates
-                ]
+            common = dict(in_channels=channels, embed_dims=dims,
+                          num_heads=s['num_heads'][i], grid_size=_half(img_size, 2 + i),
+                          mlp_ratio=s['mlp_ratios'][i], drop_rate=drop_rate,
+                          drop_path_rates=dpr[sum(self.depths[:i]):
+                                              sum(self.depths[:i + 1])],
+                          with_cp=with_cp)
+            if STAGE_KINDS[i] is SOFTStage:
+                stage = SOFTStage(
+                    sr_ratio=s['sr_ratios'][i], conv_size=s['conv_sizes'][i],
+                    stem_channels=s['stem_channels'] if i == 0 else None,
+                    drop_path_mode=drop_path_mode, attn_cfg=attn_cfg,
+                    normalize=s['normalize'], inverse=inverse, **common)
             else:
-                blocks = [
-                    ClassTokenBlock(dims, s['num_heads'][i], s['mlp_ratios'][i], rate)
-                    for rate in rates
-                ]
-            self.stages.append(nn.ModuleList(blocks))
+                stage = STAGE_KINDS[i](**common)
+            self.stages.append(stage)
             channels = dims
-        self.pos_drop = nn.Dropout(drop_rate)
-        if self.num_stages == 4:
-            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims[3]))
-            self.norm = nn.LayerNorm(self.embed_dims[3], eps=1e-6)
+        if newton is not None and not self.soft_attentions:
+            raise ValueError(f'newton={newton!r} sets the inverse of SOFT attention, '
+                             f"but attn_cfg type {attn_cfg.get('type')!r} has none; "
+                             'drop newton.')
+        self.register_buffer('newton_variant',
+                             torch.tensor(NEWTON_CODES.get(self.newton, -1)))
         self._freeze_stages()
 
     # ------------------------------------------------------------------ config
+    @property
+    def soft_attentions(self) -> List[SOFTAttention]:
+        """The SOFT attention layers (none when a peer replaces them)."""
+        return [m for m in self.modules() if isinstance(m, SOFTAttention)]
+
+    @property
+    def newton(self) -> Optional[str]:
+        """``'ridge'`` or ``'backoff'``: the Newton variant of the SOFT
+        attention layers, or None when they have none (another inverse, or
+        no SOFT attention)."""
+        variants = {attn.inverse.variant for attn in self.soft_attentions}
+        return variants.pop() if len(variants) == 1 else None
+
+    def use_newton(self, variant: str) -> None:
+        """Switch every SOFT attention layer to the Newton ``variant``."""
+        settings = InverseCfg.from_variant(variant)
+        for attn in self.soft_attentions:
+            attn.inverse = attn.inverse.replace(reg=settings.reg,
+                                                backoff=settings.backoff)
+        self.newton_variant.fill_(NEWTON_CODES[variant])
+
     @classmethod
     def parse_arch(cls, arch: Union[str, dict]) -> dict:
         """Resolve a preset name or a custom dict into the full settings."""
@@ -284,23 +327,15 @@ class SOFT(BaseModule):
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
-        for pos_embed in self.pos_embeds:
-            trunc_normal_(pos_embed, std=.02)
-        if hasattr(self, 'cls_token'):
-            trunc_normal_(self.cls_token, std=.02)
-
-    def _stage_parts(self, stage: int) -> List[Union[nn.Module, nn.Parameter]]:
-        parts = [self.patch_embeds[stage], self.pos_embeds[stage], self.stages[stage]]
-        if stage == 3:
-            parts += [self.cls_token, self.norm]
-        return parts
+        for stage in self.stages:
+            stage.reset_embeddings()
 
     def _freeze_stages(self) -> None:
         if self.frozen_stages < 0:
             return
-        parts: list = [self.patch_embeds[0], self.pos_embeds[0]]
-        for stage in range(min(self.frozen_stages, self.num_stages)):
-            parts += self._stage_parts(stage)
+        stem = self.stages[0]
+        parts: List[Union[nn.Module, nn.Parameter]] = [stem.patch_embed, stem.pos_embed]
+        parts += self.stages[:self.frozen_stages]
         for part in parts:
             if isinstance(part, nn.Parameter):
                 part.requires_grad = False
@@ -338,14 +373,12 @@ class SOFT(BaseModule):
         if not param_name.startswith(prefix):
             return num_layers - 1, num_layers
         parts = param_name[len(prefix):].split('.')
-        if parts[0] in ('patch_embeds', 'pos_embeds'):
-            return sum(self.depths[:int(parts[1])]), num_layers
-        if parts[0] == 'stages':
-            stage, block = int(parts[1]), int(parts[2])
-            return sum(self.depths[:stage]) + block + 1, num_layers
-        if parts[0] == 'cls_token':
-            return sum(self.depths[:3]), num_layers
-        return num_layers - 1, num_layers
+        if parts[0] != 'stages' or len(parts) < 3 or parts[2] == 'norm':
+            return num_layers - 1, num_layers
+        before = sum(self.depths[:int(parts[1])])
+        if parts[2] == 'blocks':
+            return before + int(parts[3]) + 1, num_layers
+        return before, num_layers  # embeddings (and class token) of the stage
 
     # ----------------------------------------------------------------- forward
     def check_input(self, x: Tensor) -> None:
@@ -368,30 +401,48 @@ class SOFT(BaseModule):
             raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
                              'or pass check_finite=False to skip this check.')
 
-    def _run_block(self, block: nn.Module, x: Tensor, hw: Tuple[int, int]) -> Tensor:
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(block, x, hw, use_reentrant=False)
-        return block(x, hw)
-
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Images (B, C, H, W) to a tuple of outputs (see ``out_type``)."""
         self.check_input(x)
-        batch = x.shape[0]
         outs = []
-        for i in range(self.num_stages):
-            x, hw = self.patch_embeds[i](x)
-            if i == 3:
-                x = torch.cat([self.cls_token.expand(batch, -1, -1), x], dim=1)
-            x = self.pos_drop(x + resize_pos_embed(self.pos_embeds[i], hw,
-                                                   1 if i == 3 else 0))
-            for block in self.stages[i]:
-                x = self._run_block(block, x, hw)
-            if i == 3:
-                x = self.norm(x)
-                if self.out_type == 'cls_token':
-                    return (x[:, 0], )
-                x = x[:, 1:]
-            x = x.transpose(1, 2).reshape(batch, -1, *hw)
+        for i, stage in enumerate(self.stages):
+            x, cls_token = stage(x)
             if i in self.out_indices:
                 outs.append(x)
+        if self.out_type == 'cls_token':
+            return (cls_token, )
         return tuple(outs)
+
+    # ------------------------------------------------------------ checkpoints
+    def _load_from_state_dict(self, state_dict: dict, prefix: str,
+                              local_metadata: dict, strict: bool, missing_keys: list,
+                              unexpected_keys: list, error_msgs: list) -> None:
+        """Rename keys of the layout before version 2 (parallel lists), and take
+        the Newton variant the checkpoint records (see ``newton``), on load."""
+        if local_metadata.get('version') is None or local_metadata['version'] < 2:
+            upgrade_state_dict(state_dict, prefix)
+        key = prefix + 'newton_variant'
+        recorded = state_dict.get(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
+                                      missing_keys, unexpected_keys, error_msgs)
+        current = NEWTON_CODES.get(self.newton, -1)
+        self.newton_variant.fill_(current)  # the buffer says what runs
+        if recorded is None:
+            if key in missing_keys:
+                missing_keys.remove(key)  # checkpoints before the choice was stored
+            return
+        names = {code: name for name, code in NEWTON_CODES.items()}
+        variant = names.get(int(recorded))
+        if variant is None or variant == self.newton:
+            if variant is not None:
+                MMLogger.get_current_instance().info(
+                    f'SOFT: Newton inverse {variant!r}, as the checkpoint records.')
+            return
+        logger = MMLogger.get_current_instance()
+        if self.newton_from_config or not self.soft_attentions:
+            logger.warning(f'SOFT: the checkpoint was made with the {variant!r} '
+                           f'Newton inverse; keeping {self.newton!r} as the '
+                           'config says.')
+            return
+        self.use_newton(variant)
+        logger.info(f'SOFT: Newton inverse {variant!r} taken from the checkpoint.')

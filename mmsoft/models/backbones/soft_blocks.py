@@ -1,12 +1,15 @@
 """Building blocks of the SOFT backbone: patch embeddings and the two block kinds."""
-from typing import List, Tuple
+from typing import List, Optional, Tuple, Union
 
 import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
-from mmsoft.registry import build_model
+from mmsoft.ops import InverseCfg
+
+from ..attention.peers import SoftmaxAttention2d
+from ..attention.token_mixer import build_token_mixer
 
 
 class ConvPatchEmbed(nn.Module):
@@ -80,18 +83,25 @@ class SOFTBlock(nn.Module):
         drop_path_mode (str): ``'dropout'`` drops elements, as the released
             models do; ``'droppath'`` drops whole samples (stochastic depth).
             Defaults to ``'dropout'``.
-        attn_cfg (dict): Config of the token mixer, built from mmsoft's
-            registry with ``embed_dims``, ``num_heads``, ``sr_ratio`` and
-            ``conv_size``. Defaults to ``dict(type='SOFTAttention')``.
+        attn_cfg (dict): Config of the token mixer, built by
+            :func:`~mmsoft.models.attention.token_mixer.build_token_mixer`
+            with ``embed_dims``, ``num_heads`` and the hints below that the
+            mixer declares. Defaults to ``dict(type='SOFTAttention')``.
+        normalize (bool): Hint: SOFT-Norm. Defaults to False.
+        inverse (dict | InverseCfg, optional): Hint: the bottleneck inverse.
+            Defaults to None (the mixer's default).
     """
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int,
                  conv_size: int, mlp_ratio: float = 4., drop_path_rate: float = 0.,
-                 drop_path_mode: str = 'dropout', attn_cfg: dict = None) -> None:
+                 drop_path_mode: str = 'dropout', attn_cfg: Optional[dict] = None,
+                 normalize: bool = False,
+                 inverse: Union[dict, InverseCfg, None] = None) -> None:
         super().__init__()
         attn_cfg = dict(type='SOFTAttention') if attn_cfg is None else attn_cfg
-        self.attn = build_model(attn_cfg, embed_dims=embed_dims, num_heads=num_heads,
-                                sr_ratio=sr_ratio, conv_size=conv_size)
+        self.attn = build_token_mixer(attn_cfg, embed_dims, num_heads,
+                                      sr_ratio=sr_ratio, conv_size=conv_size,
+                                      normalize=normalize, inverse=inverse)
         self.norm1 = nn.LayerNorm(embed_dims, eps=1e-5)
         self.mlp = SOFTMlp(embed_dims, int(embed_dims * mlp_ratio), 'tanh')
         self.norm2 = nn.LayerNorm(embed_dims, eps=1e-5)
@@ -108,30 +118,6 @@ class SOFTBlock(nn.Module):
         return self.norm2(x + self.drop_path(self.mlp(x)))
 
 
-class SoftmaxAttention(nn.Module):
-    """Multi-head softmax attention with separate q and kv projections (PVT style).
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Heads; the scale is ``(C / heads) ** -0.5``.
-    """
-
-    def __init__(self, embed_dims: int, num_heads: int) -> None:
-        super().__init__()
-        self.num_heads = num_heads
-        self.q = nn.Linear(embed_dims, embed_dims)
-        self.kv = nn.Linear(embed_dims, embed_dims * 2)
-        self.proj = nn.Linear(embed_dims, embed_dims)
-
-    def forward(self, x: Tensor) -> Tensor:
-        batch, num_tokens, channels = x.shape
-        heads = self.num_heads
-        q = self.q(x).view(batch, num_tokens, heads, -1).transpose(1, 2)
-        kv = self.kv(x).view(batch, num_tokens, 2, heads, -1).permute(2, 0, 3, 1, 4)
-        out = F.scaled_dot_product_attention(q, kv[0], kv[1])
-        return self.proj(out.transpose(1, 2).reshape(batch, num_tokens, channels))
-
-
 class ClassTokenBlock(nn.Module):
     """Pre-norm softmax block of stage 4 (tokens include the class token).
 
@@ -146,11 +132,11 @@ class ClassTokenBlock(nn.Module):
                  drop_path_rate: float = 0.) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(embed_dims, eps=1e-6)
-        self.attn = SoftmaxAttention(embed_dims, num_heads)
+        self.attn = SoftmaxAttention2d(embed_dims, num_heads)
         self.norm2 = nn.LayerNorm(embed_dims, eps=1e-6)
         self.mlp = SOFTMlp(embed_dims, int(embed_dims * mlp_ratio), 'none')
         self.drop_path = DropPath(drop_path_rate)
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int] = None) -> Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x)))
+        x = x + self.drop_path(self.attn.attend(self.norm1(x)))
         return x + self.drop_path(self.mlp(self.norm2(x)))

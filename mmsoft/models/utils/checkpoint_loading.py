@@ -6,7 +6,13 @@ from mmengine.logging import MMLogger
 from mmengine.runner.checkpoint import CheckpointLoader
 from torch import Tensor
 
-from .ckpt_convert import convert_soft_state_dict, is_official_soft, strip_prefix
+from .ckpt_convert import (
+    RELEASED_NEWTON,
+    convert_soft_state_dict,
+    is_official_soft,
+    strip_prefix,
+    upgrade_state_dict,
+)
 from .pos_embed import resize_pos_embed
 
 STATE_DICT_KEYS = ('state_dict', 'model', 'state_dict_ema')
@@ -23,13 +29,13 @@ def extract_state_dict(checkpoint: dict) -> Dict[str, Tensor]:
 def _resize_pos_embeds(model: nn.Module, state: Dict[str, Tensor],
                        logger: MMLogger) -> None:
     own = model.state_dict()
-    for key in [k for k in state if k.startswith('pos_embeds.') and k in own]:
+    for key in [k for k in state if k.endswith('pos_embed') and k in own]:
         if state[key].shape == own[key].shape:
             continue
-        extra = 1 if key == 'pos_embeds.3' else 0
-        side = int((own[key].shape[1] - extra) ** 0.5)
+        stage = model.get_submodule(key.rpartition('.')[0])
         old_shape = tuple(state[key].shape)
-        state[key] = resize_pos_embed(state[key], (side, side), extra)
+        state[key] = resize_pos_embed(state[key], stage.pos_grid,
+                                      stage.num_extra_tokens)
         logger.info(f'Resized {key} from {old_shape} to {tuple(state[key].shape)}.')
 
 
@@ -69,9 +75,10 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
                 'e.g. prefix=None for a bare backbone.')
         state = selected
     if is_official_soft(state):
-        state, leftovers = convert_soft_state_dict(state)
+        state, leftovers = convert_soft_state_dict(state, newton=RELEASED_NEWTON)
         if leftovers:
             logger.info(f'Not loaded from the released checkpoint: {leftovers}')
+    upgrade_state_dict(state)
     _resize_pos_embeds(model, state, logger)
 
     own = model.state_dict()
@@ -82,7 +89,8 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
             f'keys start {list(state)[:5]}, model keys {list(own)[:5]}); check '
             "init_cfg.prefix (a classifier checkpoint needs prefix='backbone.') "
             'and that the file holds SOFT weights.')
-    missing = [k for k in own if k not in state]
+    optional = getattr(model, 'optional_state_keys', ())
+    missing = [k for k in own if k not in state and k not in optional]
     if missing:
         raise KeyError(f'{filename} lacks {len(missing)} weights of '
                        f'{type(model).__name__}: {missing}.')

@@ -76,7 +76,7 @@ def test_peers_plug_into_the_backbone_and_train(peer):
     model = SOFT(arch=dict(embed_dims=[16, 32, 32, 64], num_heads=[1, 2, 2, 4],
                            depths=[1, 1, 1, 1]),
                  attn_cfg=dict(type=peer.__name__))
-    assert isinstance(model.stages[0][0].attn, peer)
+    assert isinstance(model.stages[0].blocks[0].attn, peer)
     (out,) = model(torch.rand(2, 3, 45, 61))
     out.sum().backward()
     for name, param in model.named_parameters():

@@ -81,7 +81,8 @@ def test_lowrank_approaches_exact_as_landmarks_grow():
     errors = []
     exact = make(landmark='avgpool', mode='exact').double()(x, (16, 16))
     for r in (8, 4, 2, 1):
-        attn = make(landmark='avgpool', sr_ratio=r, method='solve', reg=1e-9)
+        attn = make(landmark='avgpool', sr_ratio=r,
+                    inverse=dict(method='solve', reg=1e-9))
         out = attn.double()(x, (16, 16))
         errors.append(((out - exact).norm() / exact.norm()).item())
     assert errors == sorted(errors, reverse=True), errors
@@ -211,25 +212,26 @@ def test_bad_input_is_explained():
 
 @pytest.mark.parametrize('normalize', [False, True])
 def test_attention_row_is_a_row_of_the_lowrank_matrix(normalize):
-    from mmsoft.ops import bottleneck_inverse, gaussian_kernel
+    from mmsoft.models.attention.diagnostics import attention_row
+    from mmsoft.ops import InverseCfg, bottleneck_inverse, gaussian_kernel
     attn = make(normalize=normalize).double()
     x = tokens(batch=1).double()
-    row = attn.attention_row(x, (12, 16), index=37)
+    row = attention_row(attn, x, (12, 16), index=37)
     q = attn.queries(x).view(1, 192, 2, 16).transpose(1, 2).reshape(2, 192, 16)
     q = q * 16**-0.25
     landmarks = attn.landmarks(q.transpose(1, 2).reshape(2, 16, 12, 16))
     a1 = gaussian_kernel(q, landmarks)
     middle = bottleneck_inverse(gaussian_kernel(landmarks, landmarks),
-                                normalize=normalize)
+                                InverseCfg(normalize=normalize))
     full = a1 @ middle @ a1.transpose(-2, -1)          # (h, N, N), small here
     torch.testing.assert_close(row[0], full[:, 37])
     exact = make(mode='exact').double()
     exact.load_state_dict(attn.state_dict())
-    assert torch.allclose(exact.attention_row(x, (12, 16), 37)[0, :, 37],
+    assert torch.allclose(attention_row(exact, x, (12, 16), 37)[0, :, 37],
                           torch.ones(2, dtype=torch.float64))
 
 
 def test_newton_eig_method_matches_newton():
     x = tokens()
-    torch.testing.assert_close(make(method='newton_eig')(x, (12, 16)),
+    torch.testing.assert_close(make(inverse=dict(use_eig=True))(x, (12, 16)),
                                make()(x, (12, 16)), rtol=1e-4, atol=1e-5)

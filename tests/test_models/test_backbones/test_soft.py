@@ -30,8 +30,8 @@ def test_aliases_and_norm_twins():
     assert SOFT.parse_arch('t') == SOFT.parse_arch('tiny')
     assert SOFT.parse_arch('s')['depths'] == [1, 3, 7, 4]  # the paper's small
     norm = SOFT(arch='t-norm')
-    assert norm.stages[0][0].attn.normalize
-    assert not SOFT(arch='tiny').stages[0][0].attn.normalize
+    assert norm.stages[0].blocks[0].attn.normalize
+    assert not SOFT(arch='tiny').stages[0].blocks[0].attn.normalize
 
 
 @pytest.mark.parametrize('size', [(224, 224), (511, 511), (112, 137), (32, 32),
@@ -81,13 +81,12 @@ def test_every_parameter_gets_a_finite_gradient(out_type):
 def test_frozen_stages_stop_grads_and_keep_eval_mode():
     model = small(frozen_stages=2).train()
     for name, param in model.named_parameters():
-        frozen = name.split('.')[0] in ('patch_embeds', 'pos_embeds', 'stages') and \
-            int(name.split('.')[1]) < 2
+        frozen = name.split('.')[0] == 'stages' and int(name.split('.')[1]) < 2
         assert param.requires_grad != frozen, name
-    assert not model.patch_embeds[1].training and not model.stages[1].training
-    assert model.stages[2].training and model.patch_embeds[2].training
+    assert not model.stages[1].patch_embed.training and not model.stages[1].training
+    assert model.stages[2].training and model.stages[2].patch_embed.training
     stem_only = small(frozen_stages=0).train()
-    assert not stem_only.patch_embeds[0].proj[1].training
+    assert not stem_only.stages[0].patch_embed.proj[1].training
     assert stem_only.stages[0].training
     everything = small(frozen_stages=4)
     assert not any(p.requires_grad for p in everything.parameters())
@@ -121,22 +120,22 @@ def test_with_cp_gives_the_same_outputs_and_grads():
 
 def test_drop_path_modes():
     official = small(drop_path_rate=0.3)
-    assert isinstance(official.stages[2][1].drop_path, torch.nn.Dropout)
+    assert isinstance(official.stages[2].blocks[1].drop_path, torch.nn.Dropout)
     stochastic = small(drop_path_rate=0.3, drop_path_mode='droppath')
-    assert type(stochastic.stages[2][1].drop_path).__name__ == 'DropPath'
+    assert type(stochastic.stages[2].blocks[1].drop_path).__name__ == 'DropPath'
     rates = [b.drop_path.p if hasattr(b.drop_path, 'p') else b.drop_path.drop_prob
-             for stage in official.stages for b in stage]
+             for stage in official.stages for b in stage.blocks]
     torch.testing.assert_close(torch.tensor(rates), torch.linspace(0, 0.3, 5))
 
 
 def test_layer_depths_for_layer_decay():
     model = small()
     num_layers = sum(SMALL_ARCH['depths']) + 2
-    assert model.get_layer_depth('backbone.patch_embeds.0.proj.0.weight',
+    assert model.get_layer_depth('backbone.stages.0.patch_embed.proj.0.weight',
                                  'backbone.') == (0, num_layers)
-    assert model.get_layer_depth('backbone.stages.0.0.attn.q.weight',
+    assert model.get_layer_depth('backbone.stages.0.blocks.0.attn.q.weight',
                                  'backbone.') == (1, num_layers)
-    assert model.get_layer_depth('backbone.stages.2.1.mlp.fc1.weight',
+    assert model.get_layer_depth('backbone.stages.2.blocks.1.mlp.fc1.weight',
                                  'backbone.') == (4, num_layers)
     assert model.get_layer_depth('backbone.norm.weight', 'backbone.')[0] == \
         num_layers - 1

@@ -34,8 +34,8 @@ def backbone_cfg(path, **kwargs):
 def assert_same_backbone(backbone, source, resized_from=None):
     own = backbone.state_dict()
     for key, value in source.backbone.state_dict().items():
-        if key.startswith('pos_embeds') and resized_from is not None:
-            extra = 1 if key == 'pos_embeds.3' else 0
+        if key.endswith('pos_embed') and resized_from is not None:
+            extra = 1 if key == 'stages.3.pos_embed' else 0
             side = int((own[key].shape[1] - extra) ** 0.5)
             value = resize_pos_embed(value, (side, side), extra)
         torch.testing.assert_close(own[key], value, msg=key)
@@ -62,7 +62,7 @@ def test_pretrained_into_an_mmdet_retinanet_with_resized_pos_embeds(tmp_path):
                           alpha=0.25, loss_weight=1.0),
             loss_bbox=dict(type='L1Loss', loss_weight=1.0))))
     detector.init_weights()
-    assert detector.backbone.pos_embeds[0].shape == (1, 80 * 80, 16)
+    assert detector.backbone.stages[0].pos_embed.shape == (1, 80 * 80, 16)
     assert_same_backbone(detector.backbone, source, resized_from=224)
 
 
@@ -88,9 +88,9 @@ def test_released_checkpoint_loads_into_a_backbone(tmp_path):
     torch.save(dict(model={f'module.{k}': v for k, v in weights.items()}), path)
     model = SOFT(arch='tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
-    torch.testing.assert_close(model.stages[2][1].attn.landmark_conv.weight,
+    torch.testing.assert_close(model.stages[2].blocks[1].attn.landmark_conv.weight,
                                weights['block3.1.att.mha.attn.Qlandmark_op.weight'])
-    torch.testing.assert_close(model.cls_token, weights['cls_token'])
+    torch.testing.assert_close(model.stages[3].cls_token, weights['cls_token'])
 
 
 def test_loads_that_do_not_fit_are_errors(tmp_path):
@@ -108,16 +108,16 @@ def test_loads_that_do_not_fit_are_errors(tmp_path):
 
     partial = tmp_path / 'partial.pth'
     state = torch.load(tmp_path / 'cls.pth', weights_only=True)['state_dict']
-    del state['backbone.stages.1.0.attn.q.weight']
+    del state['backbone.stages.1.blocks.0.attn.q.weight']
     torch.save(dict(state_dict=state), partial)
     model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained', checkpoint=str(partial),
                                           prefix='backbone.'))
-    with pytest.raises(KeyError, match=r'lacks 1 weights .*stages\.1\.0\.attn\.q\.weight'):
+    with pytest.raises(KeyError, match=r'lacks 1 weights .*stages\.1\.blocks\.0\.attn\.q\.weight'):
         model.init_weights()
 
     wider = dict(ARCH, embed_dims=[16, 32, 48, 64], num_heads=[1, 2, 3, 4])
     model = SOFT(arch=wider, init_cfg=dict(
         type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.'))
-    with pytest.raises(ValueError, match=r'stages\.2\.0\.attn\.q\.weight: checkpoint '
+    with pytest.raises(ValueError, match=r'stages\.2\.blocks\.0\.attn\.q\.weight: checkpoint '
                        r'\(32, 32\) vs model \(48, 48\)'):
         model.init_weights()

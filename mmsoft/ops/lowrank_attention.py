@@ -6,7 +6,8 @@ Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
 
 - :func:`soft_lowrank_attention`: ``A1 @ (P @ (A1^T @ V))`` with
   ``A1 = k(Q, K~)`` (N x m) and ``P`` the inverse of ``A2 = k(K~, K~)``
-  applied to the m x dv matrix ``A1^T @ V`` (:func:`bottleneck_apply`);
+  applied to the m x dv matrix ``A1^T @ V`` (:func:`~.bottleneck.bottleneck_apply`,
+  which :class:`~.bottleneck.InverseCfg` configures);
   time ``O(N m d + T m^3)``, memory ``O(N m)``. Above ``chunk_size`` tokens it
   runs chunk by chunk under activation checkpointing, so no N x m matrix is
   ever held whole and the backward recomputes the chunks it needs.
@@ -22,60 +23,14 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from .bottleneck import (
+    DEFAULT_INVERSE,
+    InverseCfg,
+    bottleneck_apply,
+    bottleneck_inverse,
+)
 from .export_mode import exporting
 from .gaussian_kernel import augmented_points, gaussian_kernel
-from .inverse import newton_apply, solve_apply
-
-METHODS = ('newton', 'newton_loop', 'newton_eig', 'solve')
-_USE_EIG = {'newton': None, 'newton_loop': False, 'newton_eig': True}
-
-
-def bottleneck_apply(a2: Tensor, rhs: Tensor, method: str = 'newton',
-                     num_iters: int = 20, reg: float = 0.01,
-                     normalize: bool = False) -> Tensor:
-    """The ``m x m`` middle factor ``P`` of the low-rank kernel times ``rhs``.
-
-    Args:
-        a2 (Tensor): Landmark kernel ``k(K~, K~)`` of shape (B, m, m).
-        rhs (Tensor): Shape (B, m, k).
-        method (str): ``'newton'`` (the released models' iterate, evaluated
-            by whichever of the next two is faster for ``m`` and the device),
-            ``'newton_loop'`` (the iteration itself), ``'newton_eig'`` (the
-            same iterate from one eigendecomposition) or ``'solve'`` (exact
-            inverse of ``a2 + reg * I``, a different function where Newton
-            has not converged). Defaults to ``'newton'``.
-        num_iters (int): Newton iterations. Defaults to 20.
-        reg (float): Ridge on the diagonal. Defaults to 0.01.
-        normalize (bool): SOFT-Norm: ``P = D^-1/2 pinv(A2) D^-1/2`` with
-            ``D = diag(A2 1)``. Defaults to False.
-
-    Returns:
-        Tensor: ``P @ rhs``, shape (B, m, k).
-    """
-    if exporting() and method in ('newton_eig', 'solve'):
-        raise ValueError(f'method={method!r} cannot be exported (eigh and Cholesky '
-                         "have no ONNX operator); use 'newton' or 'newton_loop'.")
-    if normalize:
-        d_inv_sqrt = a2.sum(-1).rsqrt().unsqueeze(-1)
-        rhs = d_inv_sqrt * rhs
-    if method in _USE_EIG:
-        out = newton_apply(a2, rhs, num_iters=num_iters, reg=reg,
-                           use_eig=_USE_EIG[method])
-    elif method == 'solve':
-        out = solve_apply(a2, rhs, reg=reg)
-    else:
-        raise ValueError(f'Unknown inverse method {method!r}; use one of {METHODS}.')
-    return d_inv_sqrt * out if normalize else out
-
-
-def bottleneck_inverse(a2: Tensor, method: str = 'newton', num_iters: int = 20,
-                       reg: float = 0.01, normalize: bool = False) -> Tensor:
-    """The ``m x m`` middle factor ``P`` itself: :func:`bottleneck_apply` to ``I``.
-
-    Same arguments (without ``rhs``); shape (B, m, m).
-    """
-    eye = torch.eye(a2.shape[-1], dtype=a2.dtype, device=a2.device)
-    return bottleneck_apply(a2, eye.expand_as(a2), method, num_iters, reg, normalize)
 
 
 def _at_least_float32(*tensors: Tensor) -> tuple:
@@ -101,10 +56,10 @@ and the two passes and product that read it (about 1.5x faster than one
 piece at 800 x 1344 on a 2-core CPU with 2 MiB L2 per core)."""
 
 
-def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newton',
-                           num_iters: int = 20, reg: float = 0.01,
-                           normalize: bool = False,
-                           chunk_size: Optional[int] = None) -> Tensor:
+def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
+                           inverse: InverseCfg = DEFAULT_INVERSE,
+                           chunk_size: Optional[int] = None,
+                           group: int = 1) -> Tensor:
     """SOFT attention ``A1 @ (P @ (A1^T @ V))``; the N x N kernel is never formed.
 
     The kernel and the inverse run in float32 (float64 stays float64) when
@@ -117,14 +72,13 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newto
         q (Tensor): Scaled queries (B, N, d).
         k (Tensor): Landmarks (B, m, d).
         v (Tensor): Values (B, N, dv).
-        method (str): See :func:`bottleneck_apply`. Defaults to ``'newton'``.
-        num_iters (int): Newton iterations. Defaults to 20.
-        reg (float): Ridge on the diagonal. Defaults to 0.01.
-        normalize (bool): SOFT-Norm. Defaults to False.
+        inverse (InverseCfg): The middle factor. Defaults to ``InverseCfg()``.
         chunk_size (int, optional): With autograd, when set and smaller than
             N, evaluate in chunks of this many queries with recomputation in
             the backward, so no N x m kernel is stored for the backward.
             Defaults to None (one piece).
+        group (int): Consecutive batch entries that are the heads of one
+            image (they share the back-off step). Defaults to 1.
 
     Returns:
         Tensor: (B, N, dv).
@@ -137,7 +91,7 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newto
         a2 = gaussian_kernel(k, k)
 
         def middle(u: Tensor) -> Tensor:
-            return bottleneck_apply(a2, u, method, num_iters, reg, normalize)
+            return bottleneck_apply(a2, u, inverse, group)
 
         n = q.shape[-2]
         if not exporting() and not (torch.is_grad_enabled() and
@@ -206,22 +160,23 @@ def _kernel_with_ones(x: Tensor, y: Tensor) -> Tensor:
     return torch.exp(-0.5 * dist.clamp_min(0))
 
 
-def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor, method: str = 'newton',
-                             num_iters: int = 20, reg: float = 0.01,
-                             normalize: bool = False) -> Tensor:
+def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor,
+                             inverse: InverseCfg = DEFAULT_INVERSE,
+                             group: int = 1) -> Tensor:
     """The plain evaluation of :func:`soft_lowrank_attention`, for comparison.
 
     Squared distances are formed with products against ones matrices and the
     factors are multiplied left to right, ``(A1 @ P) @ (A1^T @ V)``, as a
-    direct transcription of the formula does, and ``'newton'`` runs the
-    iteration loop. Same arguments and result.
+    direct transcription of the formula does; a Newton inverse is evaluated
+    by the iteration loop whatever ``inverse.use_eig`` says. Same arguments
+    (without ``chunk_size``) and result.
     """
     out_dtype = v.dtype
+    if inverse.method == 'newton':
+        inverse = inverse.replace(use_eig=False)
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, v = _at_least_float32(q, k, v)
-        method = 'newton_loop' if method == 'newton' else method
-        p = bottleneck_inverse(_kernel_with_ones(k, k), method, num_iters, reg,
-                               normalize)
+        p = bottleneck_inverse(_kernel_with_ones(k, k), inverse, group)
         a1 = _kernel_with_ones(q, k)
         out = (a1 @ p) @ (a1.transpose(-2, -1) @ v)
     return out.to(out_dtype)

@@ -1,0 +1,122 @@
+"""The cases of ``tools/analysis/benchmark.py``: which attentions and backbones
+it times, and how one case is built into a callable.
+
+A case is a dict (``spec``) with ``kind`` (``'attention'``, ``'backbone'``
+or ``'detection'``), ``variant``, ``size`` and, per kind, ``tokens``,
+``arch``, ``attn`` and ``batch``; :func:`build_case` turns it into
+``run(backward)``, one forward (and backward) call.
+"""
+from typing import Callable, List
+
+import torch
+
+SOFT_VARIANTS = {
+    'soft': dict(type='SOFTAttention'),
+    'soft-reference': dict(type='SOFTAttention', impl='reference', chunk_size=None),
+    'soft-chunked': dict(type='SOFTAttention', chunk_size=4096),
+    'soft-capped': dict(type='SOFTAttention', max_landmarks=49),
+    'soft-newton-loop': dict(type='SOFTAttention', inverse=dict(use_eig=False)),
+}
+PEERS = {
+    'softmax-sdpa': dict(type='SoftmaxAttention2d'),
+    'softmax-plain': dict(type='SoftmaxAttention2d', use_sdpa=False),
+    'spatial-reduction': dict(type='SpatialReductionAttention'),
+    'performer': dict(type='PerformerAttention'),
+    'nystromformer': dict(type='NystromAttention'),
+}
+QUADRATIC = ('softmax-sdpa', 'softmax-plain')
+DEFAULT_SIZES = {'attention': [224, 448, 640, 1024], 'backbone': [224]}
+DEFAULT_VARIANTS = {'attention': list(SOFT_VARIANTS) + list(PEERS),
+                    'backbone': ['soft', 'soft-reference']}
+
+DEFAULT_DETECTION = 'soft-tiny newton'
+
+
+# ----------------------------------------------------------------- the cases
+def attention_cfg(name: str) -> dict:
+    """A fresh config of the SOFT variant or peer called ``name``."""
+    return dict(PEERS.get(name) or SOFT_VARIANTS[name])
+
+
+def build_case(spec: dict, device: str) -> Callable[[bool], None]:
+    """A closure running one forward (and backward when asked) of ``spec``."""
+    import mmsoft  # noqa: F401
+    from mmsoft.models.attention import build_token_mixer
+    torch.manual_seed(0)
+    kind = spec['kind']
+    if kind == 'attention':
+        side = spec['size'] // 4
+        module = build_token_mixer(attention_cfg(spec['variant']), 64, 2,
+                                   sr_ratio=8, conv_size=9)
+        inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
+    elif kind == 'backbone':
+        from mmsoft.models import SOFT
+        module = SOFT(arch=spec['arch'], attn_cfg=attention_cfg(spec['attn']))
+        size = spec['size']
+        inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )
+    else:  # detection
+        height, width = 800, 1344
+        if spec['variant'] == 'pvt-tiny':
+            from mmdet.models.backbones import PyramidVisionTransformer
+            module = PyramidVisionTransformer(num_layers=[2, 2, 2, 2])
+        else:
+            from mmsoft.models import SOFT
+            module = SOFT(arch='tiny-norm', out_type='featmap',
+                          out_indices=(0, 1, 2, 3), img_size=224,
+                          attn_cfg=dict(type='SOFTAttention', normalize=True,
+                                        **spec['attn']))
+        inputs = (torch.randn(1, 3, height, width, device=device), )
+    module = module.to(device)
+
+    def run(backward: bool):
+        """One call; returns the forward's outputs (None with backward)."""
+        out = None
+        if backward:
+            loss = module(*inputs)
+            loss = loss if isinstance(loss, torch.Tensor) else sum(
+                o.sum() for o in loss)
+            loss.sum().backward()
+        else:
+            with torch.no_grad():
+                out = module(*inputs)
+        if device.startswith('cuda'):
+            torch.cuda.synchronize()
+        return out
+    return run
+
+
+
+# ----------------------------------------------------------------- the suites
+def _sizes_and_variants(args, suite: str) -> List[tuple]:
+    """``(size, stage-1 tokens, variant)`` of a suite; quadratic attentions
+    only up to ``--max-quadratic-tokens``."""
+    cases = []
+    for size in args.sizes or DEFAULT_SIZES[suite]:
+        for variant in args.variants or DEFAULT_VARIANTS[suite]:
+            n = (size // 4)**2
+            if variant not in QUADRATIC or n <= args.max_quadratic_tokens:
+                cases.append((size, n, variant))
+    return cases
+
+
+def attention_specs(args) -> List[dict]:
+    return [dict(kind='attention', variant=variant, size=size, tokens=n)
+            for size, n, variant in _sizes_and_variants(args, 'attention')]
+
+
+def backbone_specs(args) -> List[dict]:
+    return [dict(kind='backbone', variant=f'{arch} {variant}', arch=arch,
+                 attn=variant, batch=args.batch, size=size, tokens=n)
+            for arch in args.archs
+            for size, n, variant in _sizes_and_variants(args, 'backbone')]
+
+
+def detection_specs(args) -> List[dict]:
+    variants = {'soft-tiny newton': dict(), 'soft-tiny newton_loop':
+                dict(inverse=dict(use_eig=False)), 'soft-tiny capped-64':
+                dict(max_landmarks=64),
+                'soft-tiny solve': dict(inverse=dict(method='solve'))}
+    specs = [dict(kind='detection', variant=k, attn=v, size=800)
+             for k, v in variants.items()]
+    return specs + [dict(kind='detection', variant='pvt-tiny', size=800)]
+

@@ -1,0 +1,149 @@
+"""Timing and peak-memory measurement of benchmark cases (see
+:mod:`mmsoft.utils.benchmark_cases`).
+
+Times are medians of repeated calls after one warm-up; the cases of one suite
+and size run round-robin, so they share any load of the machine alike. Peak
+memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU (Linux) the rise
+of the peak resident set size of a fresh process (``python -m
+mmsoft.utils.benchmark_timing``) over the same call, with glibc's mmap
+threshold fixed so that freed buffers are returned.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+from .benchmark_cases import (
+    attention_specs,
+    backbone_specs,
+    build_case,
+    detection_specs,
+)
+from .benchmark_report import detection_deviations, format_row
+
+
+def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> float:
+    run(backward)  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(backward)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_memory(spec: dict, backward: bool, device: str) -> float:
+    """Peak memory of one call in MiB (see the module docstring); NaN when the
+    measuring process fails."""
+    if device.startswith('cuda'):
+        run = build_case(spec, device)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run(backward)
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    payload = json.dumps(dict(spec=spec, backward=backward,
+                              threads=torch.get_num_threads()))
+    # A fixed mmap threshold stops glibc from raising it after large frees,
+    # so freed buffers go back to the system and the peak RSS follows the
+    # live tensors instead of the heap's high-water mark.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072')
+    result = subprocess.run(
+        [sys.executable, '-m', 'mmsoft.utils.benchmark_timing', payload],
+        capture_output=True, text=True, timeout=3600, env=env)
+    if result.returncode != 0:
+        return float('nan')
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def _status_kib(field: str) -> int:
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise RuntimeError(f'{field} missing from /proc/self/status')
+
+
+def measure_one(payload: str) -> None:
+    """Child process: print the rise of peak RSS (MiB) over one call.
+
+    The kernel's peak-RSS mark is reset after the model is built (Linux
+    ``clear_refs``), so only the call itself counts.
+    """
+    args = json.loads(payload)
+    torch.set_num_threads(args['threads'])
+    run = build_case(args['spec'], 'cpu')
+    before = _status_kib('VmRSS')
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')  # reset VmHWM to the current RSS
+    run(args['backward'])
+    print((_status_kib('VmHWM') - before) / 1024)
+
+
+def matmul_peak(device: str) -> float:
+    """GFLOP/s of a 2048 x 2048 fp32 matrix product."""
+    a = torch.randn(2048, 2048, device=device)
+    run = lambda backward: (a @ a, torch.cuda.synchronize()  # noqa: E731
+                            if device.startswith('cuda') else None)
+    seconds = time_case(run, False, 5)
+    return 2 * 2048**3 / seconds / 1e9
+
+
+
+def run_suites(args) -> List[Dict]:
+    specs = []
+    if args.suite in ('attention', 'all'):
+        specs += attention_specs(args)
+    if args.suite in ('backbone', 'all'):
+        specs += backbone_specs(args)
+    if args.suite in ('detection', 'all'):
+        specs += detection_specs(args)
+    # Cases of one suite are timed round-robin (every case once per repeat),
+    # so a load change on a shared machine hits all of them alike.
+    groups: Dict[tuple, List[dict]] = {}
+    for spec in specs:
+        groups.setdefault((spec['kind'], spec['size']), []).append(spec)
+    rows = []
+    for group in groups.values():
+        runs = [build_case(spec, args.device) for spec in group]
+        timings = {}
+        for backward in (False, True):
+            if group[0]['kind'] == 'detection' and backward:
+                continue
+            samples = [[] for _ in runs]
+            warm = [run(backward) for run in runs]  # warm-up
+            if group[0]['kind'] == 'detection':
+                deviations = detection_deviations(group, warm)
+            for _ in range(args.repeats):
+                for i, run in enumerate(runs):
+                    start = time.perf_counter()
+                    run(backward)
+                    samples[i].append(time.perf_counter() - start)
+            timings[backward] = [statistics.median(s) for s in samples]
+        del runs
+        for i, spec in enumerate(group):
+            row = dict(kind=spec['kind'], variant=spec['variant'], size=spec['size'],
+                       tokens=spec.get('tokens', ''), forward_s=timings[False][i])
+            if True in timings:
+                row['fwd_bwd_s'] = timings[True][i]
+            if spec['kind'] == 'backbone':
+                row['forward_img_s'] = spec['batch'] / row['forward_s']
+                row['fwd_bwd_img_s'] = spec['batch'] / row['fwd_bwd_s']
+            if spec['kind'] == 'detection' and deviations[i] is not None:
+                row['deviation'] = deviations[i]
+            if args.memory:
+                row['forward_mib'] = peak_memory(spec, False, args.device)
+                if 'fwd_bwd_s' in row:
+                    row['fwd_bwd_mib'] = peak_memory(spec, True, args.device)
+            rows.append(row)
+            print(format_row(row), flush=True)
+    return rows
+
+
+
+if __name__ == '__main__':
+    measure_one(sys.argv[1])
