@@ -208,6 +208,15 @@ def check_request(export_model: ExportModel, shape: Sequence[int],
             f'(max_landmarks={capped[0]}), and the capped grid is chosen in Python '
             'from the input size, so the graph would hold the grid of --shape for '
             'every size. Export once per input size without --dynamic.')
+    pooled = sorted({str(m.output_size) for m in export_model.module.modules()
+                     if isinstance(m, nn.AdaptiveAvgPool2d)
+                     and m.output_size not in (1, (1, 1))})
+    if pooled:
+        raise ValueError(
+            f'--dynamic cannot serve this model: it pools adaptively to '
+            f'{", ".join(pooled)} cells (e.g. UperNet\'s pyramid pooling), which the '
+            'exporter turns into index tables for the example size, so the file '
+            'fails at other sizes. Export without --dynamic at each input size.')
     low = min_dynamic_side(export_model)
     if min(shape) < low:
         raise ValueError(f'--dynamic serves sides from {low} px for this model; '

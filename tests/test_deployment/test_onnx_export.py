@@ -74,6 +74,8 @@ def test_dynamic_retinanet_serves_other_sizes(tmp_path):
 def test_upernet_softnorm_tiny_export(tmp_path):
     model = load_model(UPERNET, cfg_options={'model.backbone.arch': 'tiny-norm'})
     assert model.task == 'segmentor'
+    with pytest.raises(ValueError, match='--dynamic cannot serve.*pools adaptively'):
+        check_request(model, (320, 320), dynamic=True)
     out = str(tmp_path / 'upernet.onnx')
     export_onnx(model, (320, 320), out)
     assert verify_onnx(model, out, [(320, 320)])[(320, 320)] <= TOLERANCE
