@@ -116,7 +116,9 @@ def main(argv=None) -> None:
     threads = torch.get_num_threads()
     print(f'CPU: {cpu_model()}, {threads} threads; torch {torch.__version__}, '
           f'arch {args.arch}, fp32, median of {args.repeats} after a warm-up')
-    rows = []
+    print('| input | runner | forward (s) | images/s | time / ONNX Runtime time '
+          '| rel. diff. from eager |')
+    print('|---|---|---|---|---|---|', flush=True)
     with tempfile.TemporaryDirectory() as folder:
         for key in args.cases:
             shape, out_type = CASES[key]
@@ -129,16 +131,11 @@ def main(argv=None) -> None:
                          for name, run in cases.items()}
             times = measure(cases, args.repeats)
             medians = {name: statistics.median(t) for name, t in times.items()}
-            for name, median in medians.items():
-                rows.append((f'{shape[0]} x {shape[1]}, batch {batch}', name, median,
-                             batch / median, median / medians['ONNX Runtime'],
-                             diffs[name]))
-    print('| input | runner | forward (s) | images/s | time / ONNX Runtime time '
-          '| rel. diff. from eager |')
-    print('|---|---|---|---|---|---|')
-    for case, name, median, rate, ratio, diff in rows:
-        print(f'| {case} | {name} | {median:.3f} | {rate:.1f} | {ratio:.2f} '
-              f'| {diff:.1e} |')
+            for name, median in medians.items():  # each case as soon as it is done
+                print(f'| {shape[0]} x {shape[1]}, batch {batch} | {name} '
+                      f'| {median:.3f} | {batch / median:.1f} '
+                      f'| {median / medians["ONNX Runtime"]:.2f} | {diffs[name]:.1e} |',
+                      flush=True)
 
 
 if __name__ == '__main__':
