@@ -99,8 +99,10 @@ else
     mmcv_ok || die "mmcv $MMCV_VERSION is installed but 'import mmcv.ops' fails: its compiled ops do not match this torch; rebuild it (remove it with 'pip uninstall mmcv' and run this script again)"
 fi
 
-# 3. The OpenMMLab toolboxes, test tools and mmsoft itself (editable).
-REQS=(-r "$REPO/requirements/runtime.txt" -r "$REPO/requirements/dense.txt")
+# 3. The OpenMMLab toolboxes, ONNX export and runtime, test tools and mmsoft
+#    itself (editable).
+REQS=(-r "$REPO/requirements/runtime.txt" -r "$REPO/requirements/dense.txt"
+      -r "$REPO/requirements/deployment.txt")
 [ "$WITH_TESTS" = 1 ] && REQS+=(-r "$REPO/requirements/tests.txt")
 "${PIP[@]}" --quiet "${FIND_LINKS[@]}" "${REQS[@]}"
 py_ok "import mmsoft, os; assert os.path.samefile(os.path.dirname(mmsoft.__file__), '$REPO/mmsoft')" \

@@ -82,6 +82,9 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
 
     - ``amp``: mmengine's ``AmpOptimWrapper`` (float16, dynamic loss scale)
       on CUDA; :class:`mmsoft.engine.CPUAmpOptimWrapper` (bfloat16) on CPU.
+    - ``compile`` set (mmengine compiles the whole ``train_step``, optimizer
+      step included): :class:`mmsoft.engine.CompilableOptimWrapperConstructor`
+      when the config names no optimizer constructor.
     - Without CUDA: gloo as the distributed backend, DDP without device
       ids, and BatchNorm in place of SyncBN (which needs GPUs).
 
@@ -93,6 +96,8 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
         Config: ``cfg``.
     """
     on_gpu = torch.cuda.is_available()
+    if cfg.get('compile') and 'constructor' not in cfg.get('optim_wrapper', {}):
+        cfg.optim_wrapper.constructor = 'CompilableOptimWrapperConstructor'
     if amp:
         wrapper = cfg.optim_wrapper
         if on_gpu:

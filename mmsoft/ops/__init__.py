@@ -6,6 +6,7 @@ from .bottleneck import (
     bottleneck_apply,
     bottleneck_inverse,
 )
+from .export_mode import export_path, exporting
 from .gaussian_kernel import (
     gaussian_kernel,
     half_neg_squared_distance,
@@ -30,6 +31,7 @@ from .lowrank_attention import (
 )
 
 __all__ = [
+    'export_path', 'exporting',
     'gaussian_kernel', 'half_neg_squared_distance', 'squared_distance',
     'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',
     'newton_residual', 'prefers_eig', 'regularised', 'backoff_initial_scale',

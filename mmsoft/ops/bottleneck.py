@@ -12,6 +12,7 @@ from typing import Optional, Union
 
 from torch import Tensor
 
+from .export_mode import exporting
 from .inverse import identity_like, newton_apply, solve_apply
 
 METHODS = ('newton', 'solve')
@@ -157,6 +158,9 @@ def bottleneck_apply(a2: Tensor, rhs: Tensor,
     Returns:
         Tensor: ``P @ rhs``, shape (B, m, k).
     """
+    if exporting() and (inverse.method == 'solve' or inverse.use_eig):
+        raise ValueError(f'{inverse} cannot be exported (eigh and Cholesky have no '
+                         "ONNX operator); use method='newton' with use_eig=None.")
     if inverse.normalize:
         d_inv_sqrt = a2.sum(-1).rsqrt().unsqueeze(-1)
         rhs = d_inv_sqrt * rhs

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from .export_mode import exporting
 from .regions import region
 
 
@@ -33,6 +34,13 @@ def regularised(a: Tensor, reg: float) -> Tensor:
     return a + reg * eye
 
 
+def _max_row_sum(a: Tensor) -> Tensor:
+    """Largest absolute row sum of each matrix, shape ``(...)``."""
+    if exporting():  # matrix_norm's export fixes the batch size
+        return a.abs().sum(-1).amax(-1)
+    return torch.linalg.matrix_norm(a, ord=float('inf'))  # no |a| temporary
+
+
 def newton_initial_scale(a: Tensor) -> Tensor:
     """The per-matrix step ``alpha = 0.9 * 2 / (max row sum of a)^2``.
 
@@ -46,7 +54,7 @@ def newton_initial_scale(a: Tensor) -> Tensor:
     Returns:
         Tensor: Shape ``(..., 1, 1)``.
     """
-    row_sum = torch.linalg.matrix_norm(a, ord=float('inf'))  # no |a| temporary
+    row_sum = _max_row_sum(a)
     return (1.8 / row_sum.pow(2))[..., None, None]
 
 
@@ -84,7 +92,7 @@ def backoff_initial_scale(p: Tensor, group: int = 1) -> Tensor:
     if p3.shape[0] % group:
         raise ValueError(f'{p3.shape[0]} matrices do not split into groups of '
                          f'{group}; pass group = the number of heads.')
-    row_max = torch.linalg.matrix_norm(p3, ord=float('inf'))
+    row_max = _max_row_sum(p3)
     alpha = 2 / row_max.view(-1, group).amax(-1, keepdim=True).pow(2)   # (G, 1)
     square = torch.bmm(p3, p3)
     eye = torch.eye(m, dtype=p.dtype, device=p.device)
@@ -185,9 +193,10 @@ def prefers_eig(a: Tensor) -> bool:
     """Whether :func:`newton_inverse` evaluates ``a``'s iterate by ``eigh``.
 
     True on CPU from :data:`EIG_MIN_SIZE` landmarks; the loop of matrix
-    products everywhere else (GPU eigensolvers are far slower than products).
+    products everywhere else (GPU eigensolvers are far slower than products)
+    and always while :func:`~mmsoft.ops.exporting` (no size-dependent choice).
     """
-    return a.device.type == 'cpu' and a.shape[-1] >= EIG_MIN_SIZE
+    return not exporting() and a.device.type == 'cpu' and a.shape[-1] >= EIG_MIN_SIZE
 
 
 class _NewtonApply(Function):

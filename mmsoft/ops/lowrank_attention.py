@@ -29,6 +29,7 @@ from .bottleneck import (
     bottleneck_apply,
     bottleneck_inverse,
 )
+from .export_mode import exporting
 from .gaussian_kernel import augmented_points, gaussian_kernel
 
 
@@ -93,10 +94,10 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
             return bottleneck_apply(a2, u, inverse, group)
 
         n = q.shape[-2]
-        if not (torch.is_grad_enabled() and
+        if not exporting() and not (torch.is_grad_enabled() and
                 any(t.requires_grad for t in (q, k, v))):
             out = _tiled_lowrank(q, k, v, middle)
-        elif chunk_size is None or chunk_size >= n:
+        elif chunk_size is None or exporting() or chunk_size >= n:
             a1 = gaussian_kernel(q, k)
             out = a1 @ middle(a1.transpose(-2, -1) @ v)
         else:

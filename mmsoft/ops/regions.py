@@ -3,6 +3,8 @@ import contextlib
 from contextvars import ContextVar
 from typing import Iterator, Optional
 
+import torch
+
 _REGION: ContextVar[Optional[str]] = ContextVar('mmsoft_region', default=None)
 
 
@@ -11,8 +13,12 @@ def region(name: str) -> Iterator[None]:
     """Mark the work done inside the block as belonging to ``name``.
 
     Args:
-        name (str): Region name, e.g. ``'newton'``.
+        name (str): Region name, e.g. ``'newton'``. Not marked under
+            ``torch.compile``.
     """
+    if torch.compiler.is_compiling():  # ContextVar.set would split the graph
+        yield
+        return
     token = _REGION.set(name)
     try:
         yield

@@ -10,6 +10,7 @@ from torch import Tensor
 from mmsoft.ops import (
     InverseCfg,
     exact_gaussian_attention,
+    exporting,
     soft_lowrank_attention,
     soft_reference_attention,
 )
@@ -281,6 +282,8 @@ class SOFTAttention(TokenMixer):
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:
         """The chunk size in tokens for this call, or None for one piece."""
+        if exporting():  # one piece: no size-dependent choice in the graph
+            return None
         if self.chunk_size != 'auto':
             return self.chunk_size
         per_token = max(1, batch * num_landmarks)

@@ -1,10 +1,11 @@
 """Resizing of learned absolute position embeddings."""
-import math
 from typing import Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from mmsoft.ops import exporting
 
 
 def resize_pos_embed(pos_embed: Tensor, dst_hw: Tuple[int, int],
@@ -19,15 +20,16 @@ def resize_pos_embed(pos_embed: Tensor, dst_hw: Tuple[int, int],
 
     Returns:
         Tensor: (1, num_extra_tokens + H * W, C); ``pos_embed`` itself when the
-        grid already has that size.
+        grid already has that size (except while exporting, so that the
+        graph resizes at every size).
     """
     extra, grid = pos_embed[:, :num_extra_tokens], pos_embed[:, num_extra_tokens:]
-    side = math.isqrt(grid.shape[1])
+    side = round(grid.shape[1]**0.5)  # not math.isqrt: it splits torch.compile graphs
     if side * side != grid.shape[1]:
         raise ValueError(
             f'Position embeddings of shape {tuple(pos_embed.shape)} with '
             f'{num_extra_tokens} extra tokens do not hold a square grid.')
-    if (side, side) == tuple(dst_hw):
+    if not exporting() and (side, side) == tuple(dst_hw):  # exports resize always
         return pos_embed
     grid = grid.reshape(1, side, side, -1).permute(0, 3, 1, 2)
     grid = F.interpolate(grid, size=tuple(dst_hw), mode='bilinear',
