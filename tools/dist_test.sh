@@ -24,13 +24,7 @@ MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 
 . "$(dirname "$0")/lib/launcher_args.sh"
 require_count GPUS "$GPUS" 1 "$USAGE"
-require_count NNODES "$NNODES" 1 "$USAGE"
-require_count NODE_RANK "$NODE_RANK" 0 "$USAGE"
-require_count PORT "$PORT" 1 "$USAGE"
-if [ "$NODE_RANK" -ge "$NNODES" ]; then
-    echo "$(basename "$0"): NODE_RANK ($NODE_RANK) must be below NNODES ($NNODES)." >&2
-    exit 2
-fi
+check_cluster_env "$USAGE"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS > 0 ? $(nproc) / GPUS : 1 ))}
 
 PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \

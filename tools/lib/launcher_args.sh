@@ -9,3 +9,15 @@ require_count() {
         exit 2
     fi
 }
+
+# check_cluster_env USAGE: exit 2 with the usage unless the torchrun settings
+# taken from the environment (NNODES, NODE_RANK, PORT) are valid.
+check_cluster_env() {
+    require_count NNODES "$NNODES" 1 "$1"
+    require_count NODE_RANK "$NODE_RANK" 0 "$1"
+    require_count PORT "$PORT" 1 "$1"
+    if [ "$NODE_RANK" -ge "$NNODES" ]; then
+        echo "$(basename "$0"): NODE_RANK ($NODE_RANK) must be below NNODES ($NNODES)." >&2
+        exit 2
+    fi
+}
