@@ -34,6 +34,9 @@ val_dataloader = dict(batch_size=16, dataset=dict(data_root=data_root, indices=1
 test_dataloader = val_dataloader
 train_cfg = dict(max_epochs=1, val_interval=1)
 randomness = dict(seed=0)
+# Plain SGD: its steps follow the gradients' rounding smoothly, where Adam's
+# normalised steps turn near-zero gradients' rounding into full steps.
+optim_wrapper = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.01, weight_decay=0.05))
 """)
     runners = {}
     for name, options in (('eager', []),

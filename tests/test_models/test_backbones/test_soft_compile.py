@@ -32,21 +32,26 @@ def _relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 # aot_eager traces forward and backward as inductor does, without generating
-# code (seconds); inductor compiles C++ kernels (minutes on 2 cores).
-@pytest.mark.parametrize('backend', [
-    'aot_eager', pytest.param('inductor', marks=pytest.mark.slow)])
-def test_compiled_forward_and_backward_equal_eager(backend):
+# code (seconds), and is checked in float64, where the compiled graph must
+# give eager's numbers up to rounding. Inductor compiles C++ kernels (minutes
+# on 2 cores, much longer in float64) whose reordered float32 arithmetic
+# moves outputs by about 1e-5 through the Newton iterations.
+@pytest.mark.parametrize('backend, dtype, out_tol, grad_tol', [
+    ('aot_eager', torch.float64, 1e-10, 1e-8),
+    pytest.param('inductor', torch.float32, 1e-4, 1e-3, marks=pytest.mark.slow)])
+def test_compiled_forward_and_backward_equal_eager(backend, dtype, out_tol,
+                                                   grad_tol):
     torch._dynamo.reset()
-    eager = _backbone().train()
+    eager = _backbone().train().to(dtype)
     compiled_model = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model, backend=backend)
-    x = torch.rand(2, 3, 64, 96)
+    x = torch.rand(2, 3, 64, 96, dtype=dtype)
     outs = [model(x) for model in (eager, compiled)]
     for a, b in zip(*outs):
-        assert _relative(b, a) < 1e-5
+        assert _relative(b, a) < out_tol
     for out in outs:
-        sum((o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum() for o in out
-            ).backward()
+        sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).view_as(o)).sum()
+            for o in out).backward()
     grads = {n: p.grad for n, p in eager.named_parameters() if p.grad is not None}
     assert len(grads) == len([p for p in eager.parameters() if p.requires_grad])
     # A convolution bias before a train-mode BatchNorm gets only rounding noise.
@@ -54,7 +59,7 @@ def test_compiled_forward_and_backward_equal_eager(backend):
     assert len(cancelled) == 6
     for name, param in compiled_model.named_parameters():
         if name not in cancelled:
-            assert _relative(param.grad, grads[name]) < 1e-4, name
+            assert _relative(param.grad, grads[name]) < grad_tol, name
 
 
 def test_finite_check_stays_in_eager():
