@@ -7,8 +7,8 @@ draws with their visualisers. One PNG per image, named
 
 Examples:
     python tools/analysis/visualize_predictions.py \\
-        configs/mask-rcnn_softnorm-tiny_fpn_4e_digit-scenes.py \\
-        work_dirs/mask-rcnn_softnorm-tiny_fpn_4e_digit-scenes/epoch_4.pth \\
+        configs/mask-rcnn_softnorm-tiny_fpn_6e_digit-scenes.py \\
+        work_dirs/mask-rcnn_softnorm-tiny_fpn_6e_digit-scenes/epoch_4.pth \\
         data/digit_scenes/img_dir/val/00003.png --out-prefix docs/mask-rcnn_ --scale 3
 """
 import argparse

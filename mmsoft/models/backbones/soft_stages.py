@@ -75,8 +75,14 @@ class _Stage(nn.Module):
 
     @staticmethod
     def to_map(x: Tensor, hw: Tuple[int, int]) -> Tensor:
-        """Tokens (B, H * W, C) to a (B, C, H, W) map."""
-        return x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
+        """Tokens (B, H * W, C) to a contiguous (B, C, H, W) map.
+
+        Contiguous, not the channels-last view a transpose gives: that view
+        passes through convolutions (an FPN) unchanged, and mmcv's CPU RoIAlign
+        reads its input as contiguous NCHW, so Mask R-CNN's RoI heads got
+        scrambled features and never learned.
+        """
+        return x.transpose(1, 2).reshape(x.shape[0], -1, *hw).contiguous()
 
 
 class SOFTStage(_Stage):

@@ -62,3 +62,22 @@ def test_featmap_at_detection_size():
     assert [tuple(f.shape[2:]) for f in feats] == [(200, 334), (100, 167),
                                                    (50, 84), (25, 42)]
     assert all(torch.isfinite(f).all() for f in feats)
+
+
+def test_feature_maps_are_contiguous_for_mmcv_roi_align():
+    # mmcv's CPU RoIAlign reads its input as contiguous NCHW memory; a
+    # channels-last view (what a transpose of the tokens gives) survives an
+    # FPN's convolutions and gave Mask R-CNN's RoI heads scrambled features.
+    from mmcv.ops import RoIAlign
+    from torchvision.ops import roi_align
+    torch.manual_seed(0)
+    model = SOFT(arch=SMALL_ARCH, out_type='featmap', out_indices=(0, 1, 2, 3)).eval()
+    fpn_conv = torch.nn.Conv2d(16, 8, 3, padding=1)
+    rois = torch.tensor([[0., 4, 6, 40, 50], [1., 10, 2, 60, 30]])
+    with torch.no_grad():
+        maps = model(torch.randn(2, 3, 64, 64))
+        assert all(m.is_contiguous() for m in maps)
+        level0 = fpn_conv(maps[0])
+        ours = RoIAlign(7, spatial_scale=0.25, sampling_ratio=0, aligned=True)(level0, rois)
+        reference = roi_align(level0, rois, 7, 0.25, 0, True)
+    torch.testing.assert_close(ours, reference)
