@@ -66,3 +66,16 @@ def test_bad_requests_are_clear_errors(tmp_path):
         compare.parse_args(['--config', 'imagenet=x.py'])
     with pytest.raises(ValueError, match='at least 3 epochs'):
         compare.TASKS['digits']['schedule'](2)
+
+
+@pytest.mark.parametrize('task', list(compare.TASKS))
+def test_each_task_schedule_sets_keys_its_config_has(task):
+    # A renamed config or a changed loop type must not leave the schedule
+    # setting keys nobody reads (the run would silently train for the default).
+    from mmengine.config import Config
+    spec = compare.TASKS[task]
+    config = Config.fromfile(str(REPO / spec['config']))
+    for key in spec['schedule'](spec['quick']):
+        node = config
+        for part in key.split('.'):
+            node = node[int(part)] if isinstance(node, list) else node[part]

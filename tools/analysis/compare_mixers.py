@@ -49,22 +49,23 @@ def _digits_schedule(epochs: int) -> Dict[str, object]:
             'default_hooks.checkpoint.interval': epochs}
 
 
-def _scenes_schedule(iters: int) -> Dict[str, object]:
-    return {'train_cfg.max_iters': iters, 'train_cfg.val_interval': iters,
-            'param_scheduler.1.end': iters,
-            'default_hooks.checkpoint.interval': iters,
+def _scenes_schedule(epochs: int) -> Dict[str, object]:
+    return {'train_cfg.max_epochs': epochs, 'train_cfg.val_interval': epochs,
+            'param_scheduler.1.end': epochs,
+            'default_hooks.checkpoint.interval': epochs,
             'model.backbone.init_cfg': None}
 
 
 TASKS = {
     'digits': dict(config='configs/soft_tiny_digits.py', metric='accuracy/top1',
-                   shape=(32, 32), schedule=_digits_schedule, full=15, quick=3),
-    'scenes': dict(config='configs/upernet_softnorm-tiny_96x96_3k_digit-scenes.py',
+                   shape=(32, 32), schedule=_digits_schedule, full=8, quick=3,
+                   seeds=(0, 1, 2)),
+    'scenes': dict(config='configs/upernet_softnorm-tiny_96x96_6e_digit-scenes.py',
                    metric='mIoU', shape=(96, 96), schedule=_scenes_schedule,
-                   full=600, quick=60),
+                   full=2, quick=1, seeds=(0, 1)),
 }
-"""Each task: its config, metric, input size, and run length (epochs or
-iterations) of the full and the ``--quick`` comparison."""
+"""Each task: its config, metric, input size, run length in epochs of the
+full and the ``--quick`` comparison, and the seeds of the full one."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,10 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         default=list(TASKS))
     parser.add_argument('--mixers', nargs='+', choices=MIXERS, default=list(MIXERS))
     parser.add_argument('--seeds', type=int, nargs='+', default=None,
-                        help='default 0 1 2 (0 with --quick)')
+                        help="default the task's seeds (0 with --quick)")
     parser.add_argument('--length', type=int, default=None,
-                        help="run length in the task's unit (epochs for digits, "
-                        'iterations for scenes); default the full or quick one')
+                        help='run length in epochs; default the full or quick one')
     parser.add_argument('--quick', action='store_true',
                         help='short runs and one seed: a smaller table in minutes')
     parser.add_argument('--config', nargs='+', action=DictAction, default={},
@@ -90,8 +90,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f'--config names unknown tasks {sorted(unknown)}; '
                      f'tasks: {list(TASKS)}')
-    if args.seeds is None:
-        args.seeds = [0] if args.quick else [0, 1, 2]
     return args
 
 
@@ -183,9 +181,10 @@ def main(argv=None) -> List[dict]:
         config = Config.fromfile(config_path)
         config.merge_from_dict({**schedule, **args.cfg_options})
         batch = config.train_dataloader.batch_size
+        seeds = args.seeds or ([0] if args.quick else list(spec['seeds']))
         for mixer in args.mixers:
             costs[task, mixer] = cost(config, attention_cfg(mixer), spec['shape'])
-            for seed in args.seeds:
+            for seed in seeds:
                 result = run_or_load(REPO, out_dir, task, config_path, spec['metric'],
                                      batch, mixer, seed, schedule, args.cfg_options)
                 print(f'{task} {mixer} seed {seed}: {spec["metric"]} '
@@ -196,7 +195,7 @@ def main(argv=None) -> List[dict]:
         writer.writeheader()
         writer.writerows(asdict(r) for r in results)
     rows = summarise(results, costs)
-    lines = [f'CPU: {cpu_model()}; seeds {args.seeds}', ''] + markdown(rows)
+    lines = [f'CPU: {cpu_model()}', ''] + markdown(rows)
     (out_dir / 'summary.md').write_text('\n'.join(lines))
     plot(rows, out_dir / 'mixers.png')
     print('\n'.join(lines))
