@@ -34,7 +34,7 @@ def image(tmp_path_factory):
 
 @pytest.mark.parametrize('name,scope,classes', [
     ('retinanet_softnorm-tiny_fpn_6e_digit-scenes.py', 'mmdet', scenes.CLASSES),
-    ('upernet_softnorm-tiny_96x96_6e_digit-scenes.py', 'mmseg', scenes.SEG_CLASSES),
+    ('upernet_softnorm-tiny_96x96_10e_digit-scenes.py', 'mmseg', scenes.SEG_CLASSES),
 ])
 def test_draws_predictions_of_a_checkpoint(name, scope, classes, image, tmp_path):
     cfg = Config.fromfile(REPO / 'configs' / name)

@@ -60,7 +60,7 @@ TASKS = {
     'digits': dict(config='configs/soft_tiny_digits.py', metric='accuracy/top1',
                    shape=(32, 32), schedule=_digits_schedule, full=8, quick=3,
                    seeds=(0, 1, 2)),
-    'scenes': dict(config='configs/upernet_softnorm-tiny_96x96_6e_digit-scenes.py',
+    'scenes': dict(config='configs/upernet_softnorm-tiny_96x96_10e_digit-scenes.py',
                    metric='mIoU', shape=(96, 96), schedule=_scenes_schedule,
                    full=2, quick=1, seeds=(0, 1)),
 }
