@@ -57,7 +57,7 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
         size = spec['size']
         inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )
     else:  # detection
-        height, width = 800, 1344
+        height, width = spec.get('height', 800), spec.get('width', 1344)
         if spec['variant'] == 'pvt-tiny':
             from mmdet.models.backbones import PyramidVisionTransformer
             module = PyramidVisionTransformer(num_layers=[2, 2, 2, 2])

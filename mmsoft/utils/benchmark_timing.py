@@ -37,6 +37,31 @@ def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> floa
     return statistics.median(times)
 
 
+def time_round_robin(runs: Dict[str, Callable[[bool], None]],
+                     repeats: int) -> Dict[str, Dict[str, float]]:
+    """Forward times of several cases, alternated so they share any load alike.
+
+    Args:
+        runs (dict): Name to a closure from :func:`build_case`.
+        repeats (int): Timed calls of each case, after one warm-up each.
+
+    Returns:
+        dict: Name to the medians of ``wall_s`` (seconds) and ``cpu_s`` (CPU
+        seconds of this process, all its threads, during the call).
+    """
+    for run in runs.values():
+        run(False)  # warm-up
+    samples = {name: ([], []) for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            run(False)
+            samples[name][0].append(time.perf_counter() - wall)
+            samples[name][1].append(time.process_time() - cpu)
+    return {name: dict(wall_s=statistics.median(w), cpu_s=statistics.median(c))
+            for name, (w, c) in samples.items()}
+
+
 def peak_memory(spec: dict, backward: bool, device: str) -> float:
     """Peak memory of one call in MiB (see the module docstring); NaN when the
     measuring process fails."""

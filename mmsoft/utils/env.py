@@ -1,4 +1,5 @@
 """Versions mmsoft runs with; printed by ``python -m mmsoft.utils.collect_env``."""
+import platform
 from importlib import metadata
 from typing import Dict
 
@@ -47,6 +48,22 @@ def collect_env() -> Dict[str, str]:
             info[name] = 'not installed'
     info['MMCV ops'] = _mmcv_ops_status()
     return {key: str(value) for key, value in info.items()}
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (as lscpu prints it), or the
+    platform's processor string where there is none.
+
+    Every timing table prints it: speed ratios differ between CPU families.
+    """
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or 'unknown CPU'
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ from mmsoft.utils.benchmark_report import (  # noqa: F401
     summarise,
 )
 from mmsoft.utils.benchmark_timing import matmul_peak, run_suites
+from mmsoft.utils.env import cpu_model
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -105,8 +106,9 @@ def main(argv=None) -> None:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     peak = matmul_peak(args.device)
-    print(f'device {args.device}, {torch.get_num_threads()} threads, '
-          f'fp32 matmul peak {peak:.1f} GFLOP/s', flush=True)
+    header = (f'device {args.device} ({cpu_model()}), {torch.get_num_threads()} '
+              f'threads, fp32 matmul peak {peak:.1f} GFLOP/s')
+    print(header, flush=True)
     rows = run_suites(args)
     columns = ['kind', 'variant', 'size', 'tokens', 'forward_s', 'fwd_bwd_s',
                'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib',
@@ -116,7 +118,7 @@ def main(argv=None) -> None:
         writer.writeheader()
         writer.writerows(rows)
     plot(rows, out_dir / 'benchmark.png')
-    summary = summarise(rows, peak)
+    summary = [header] + summarise(rows, peak)
     (out_dir / 'summary.txt').write_text('\n'.join(summary) + '\n')
     print('\n'.join(summary))
     print(f'Wrote {out_dir / "benchmark.csv"} and {out_dir / "benchmark.png"}.')

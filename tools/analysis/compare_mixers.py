@@ -24,9 +24,7 @@ Examples:
 import argparse
 import copy
 import csv
-import platform
 import statistics
-import subprocess
 from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List
@@ -36,6 +34,7 @@ from mmengine.config import Config, DictAction
 import mmsoft  # noqa: F401  (registers the mixers)
 from mmsoft.apis.mixer_runs import MIXERS, RunResult, run_or_load
 from mmsoft.utils.benchmark_cases import attention_cfg
+from mmsoft.utils.env import cpu_model
 from mmsoft.utils.flops import measure_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,16 +155,6 @@ def plot(rows: List[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def cpu_model() -> str:
-    """The CPU's model name (lscpu), or the platform's processor string."""
-    try:
-        out = subprocess.run(['lscpu'], capture_output=True, text=True).stdout
-        return next(line.split(':', 1)[1].strip() for line in out.splitlines()
-                    if line.startswith('Model name'))
-    except (OSError, StopIteration):
-        return platform.processor() or 'unknown CPU'
 
 
 def main(argv=None) -> List[dict]:

@@ -17,7 +17,6 @@ Examples:
 """
 import argparse
 import os.path as osp
-import platform
 import statistics
 import tempfile
 import time
@@ -25,6 +24,8 @@ from typing import Callable, Dict, List
 
 import torch
 import torch.nn as nn
+
+from mmsoft.utils.env import cpu_model
 
 CASES = {'224': ((224, 224), 'cls_token'), '800x1344': ((800, 1344), 'featmap')}
 
@@ -40,18 +41,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int,
                         help="threads of torch and ONNX Runtime (default: torch's)")
     return parser.parse_args(argv)
-
-
-def cpu_model() -> str:
-    """The CPU's model name, as lscpu prints it."""
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or 'unknown CPU'
 
 
 class _Outputs(nn.Module):
