@@ -16,6 +16,7 @@ from torch.autograd import Function
 
 from .export_mode import exporting
 from .regions import region
+from .thread_split import parallel_eigh
 
 
 def regularised(a: Tensor, reg: float) -> Tensor:
@@ -173,7 +174,7 @@ def _newton_eig_factors(a: Tensor, num_iters: int, reg: float,
     """``(U, v_T)`` with ``V_T = U diag(v_T) U^T``; see :func:`newton_iterate_eig`."""
     with torch.no_grad(), region('newton'):
         # eigh reads the lower triangle; a + reg I shifts the eigenvalues.
-        eigvals, eigvecs = torch.linalg.eigh(a)
+        eigvals, eigvecs = parallel_eigh(a)
         eigvals = eigvals + reg
         alpha = (backoff_initial_scale(regularised(a, reg), group) if backoff
                  else newton_initial_scale(a))

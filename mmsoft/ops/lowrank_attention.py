@@ -17,7 +17,7 @@ Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
 - :func:`exact_gaussian_attention`: the full N x N kernel ``k(Q, Q) @ V``
   that the low-rank factorisation approximates.
 """
-from typing import Optional
+from typing import Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -31,6 +31,7 @@ from .bottleneck import (
 )
 from .export_mode import exporting
 from .gaussian_kernel import augmented_points, gaussian_kernel
+from .thread_split import map_single_threaded, row_spans, split_workers
 
 
 def _at_least_float32(*tensors: Tensor) -> tuple:
@@ -115,32 +116,47 @@ def _tiled_lowrank(q: Tensor, k: Tensor, v: Tensor, middle) -> Tensor:
 
     A kernel larger than one tile is computed twice, tile by tile (once per
     pass), which costs ``N m (d + 2)`` more multiply-adds but keeps each tile
-    in cache; a kernel that fits in one tile is computed once.
+    in cache; a kernel that fits in one tile is computed once. On CPU the
+    rows are split into one span per intra-op thread and each span's tiles
+    run on a single-threaded worker (:mod:`~mmsoft.ops.thread_split`), so
+    the threads join twice per call instead of after every operation on
+    every tile.
     """
     batch, n, _ = q.shape
     m = k.shape[-2]
     rows = max(1, TILE_ELEMENTS // max(1, batch * m))  # batch 0: empty output
     q_aug, k_aug = augmented_points(q, k)
     k_aug = k_aug.transpose(-2, -1)
-    buffer = q.new_empty(batch * min(rows, n) * m)
 
-    def tile(start: int) -> Tensor:
-        size = min(rows, n - start)
-        kernel = buffer[:batch * size * m].view(batch, size, m)
-        torch.bmm(q_aug[:, start:start + size], k_aug, out=kernel)
-        return kernel.clamp_max_(0).exp_()
+    def tiles(span: Tuple[int, int]) -> Iterator[Tuple[int, int, Tensor]]:
+        """``(start, stop, kernel rows)`` over ``span``, in one reused buffer."""
+        lo, hi = span
+        buffer = q.new_empty(batch * min(rows, hi - lo) * m)
+        for start in range(lo, hi, rows):
+            stop = min(start + rows, hi)
+            kernel = buffer[:batch * (stop - start) * m].view(batch, stop - start, m)
+            torch.bmm(q_aug[:, start:stop], k_aug, out=kernel)
+            yield start, stop, kernel.clamp_max_(0).exp_()
 
     if rows >= n:  # one tile holds the whole kernel: compute it once
-        kernel = tile(0)
+        _, _, kernel = next(tiles((0, n)))
         return torch.bmm(kernel, middle(torch.bmm(kernel.transpose(-2, -1), v)))
-    starts = range(0, n, rows)
-    u = q.new_zeros(batch, m, v.shape[-1])
-    for start in starts:
-        u.baddbmm_(tile(start).transpose(-2, -1), v[:, start:start + rows])
-    w = middle(u)
+    spans = row_spans(n, min(split_workers(q), -(-n // rows)))
+
+    def project(span: Tuple[int, int]) -> Tensor:
+        u = q.new_zeros(batch, m, v.shape[-1])
+        for start, stop, kernel in tiles(span):
+            u.baddbmm_(kernel.transpose(-2, -1), v[:, start:stop])
+        return u
+
+    w = middle(sum(map_single_threaded(project, spans)))
     out = q.new_empty(batch, n, v.shape[-1])
-    for start in starts:
-        out[:, start:start + rows] = torch.bmm(tile(start), w)
+
+    def expand(span: Tuple[int, int]) -> None:
+        for start, stop, kernel in tiles(span):
+            out[:, start:stop] = torch.bmm(kernel, w)
+
+    map_single_threaded(expand, spans)
     return out
 
 

@@ -1,0 +1,126 @@
+"""CPU work split into whole pieces, one single-threaded worker per piece.
+
+torch parallelises each operation over its intra-op threads and joins them
+at the end of it; a multi-threaded LAPACK eigensolver joins them thousands
+of times per matrix (its tridiagonal reduction is a long chain of small
+parallel steps), and SOFT's tiled kernel runs a few short parallel
+operations per tile. On an idle machine that costs little. On a shared one
+a thread is often descheduled, every join waits for it while its partners
+spin, and SOFT-Tiny's default path at 800 x 1344 went from 3.5 s to 10-80 s
+under two busy processes on two cores (the eigendecompositions alone from
+1.9 s to 5-70 s). Handing each thread a whole piece of the work (some of a
+batch's matrices, a span of the kernel's rows) joins once per piece
+instead, and is as fast when idle.
+"""
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+T = TypeVar('T')
+R = TypeVar('R')
+
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_KEY: Tuple[int, int] = (0, 0)  # (process id, workers) the pool was made for
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The shared worker pool, made on first use and again after a fork."""
+    global _POOL, _POOL_KEY
+    key = (os.getpid(), workers)
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_KEY != key:
+            if _POOL is not None and _POOL_KEY[0] == key[0]:
+                _POOL.shutdown(wait=False)
+            # A forked child inherits the executor but not its threads.
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix='mmsoft-split')
+            _POOL_KEY = key
+        return _POOL
+
+
+def split_workers(x: Tensor) -> int:
+    """How many single-threaded workers share work on ``x`` (1: no split).
+
+    torch's intra-op thread count for a CPU tensor outside ``torch.compile``,
+    tracing and any ``TorchDispatchMode`` (whose state is per thread), else 1.
+    """
+    if (x.device.type != 'cpu' or torch.compiler.is_compiling()
+            or torch.jit.is_tracing() or torch.jit.is_scripting()
+            or _get_current_dispatch_mode() is not None):
+        return 1
+    return torch.get_num_threads()
+
+
+def _single_threaded(fn: Callable[[T], R]) -> Callable[[T], R]:
+    def run(item: T) -> R:
+        torch.set_num_threads(1)  # this worker's OpenMP and MKL settings
+        with torch.no_grad():
+            return fn(item)
+    return run
+
+
+def map_single_threaded(fn: Callable[[T], R], items: Sequence[T]) -> List[R]:
+    """``[fn(item) for item in items]``, each item on its own one-thread worker.
+
+    With more than one item the process runs one intra-op thread for the
+    duration of the call (other Python threads' torch work included), the
+    items run concurrently on a shared pool, and the count is restored
+    after. ``fn`` runs without autograd and must not depend on thread-local
+    state (grad mode, autocast, dispatch modes).
+
+    Args:
+        fn (callable): The work for one item.
+        items (Sequence): The pieces, at most one per intra-op thread.
+
+    Returns:
+        list: The results in the order of ``items``.
+    """
+    if len(items) <= 1:
+        with torch.no_grad():
+            return [fn(item) for item in items]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return list(_pool(len(items)).map(_single_threaded(fn), items))
+    finally:
+        torch.set_num_threads(before)
+
+
+def parallel_eigh(a: Tensor) -> Tuple[Tensor, Tensor]:
+    """Eigenvalues and eigenvectors of symmetric matrices, as ``torch.linalg.eigh``.
+
+    The batch is cut into one contiguous part per :func:`split_workers` and
+    each part is solved on its own single-threaded worker
+    (:func:`map_single_threaded`); a single matrix, or no split, is
+    ``torch.linalg.eigh(a)``. No autograd graph is built.
+
+    Args:
+        a (Tensor): Symmetric matrices of shape ``(..., m, m)``; the lower
+            triangle is read.
+
+    Returns:
+        tuple[Tensor, Tensor]: Eigenvalues ``(..., m)`` in ascending order
+        and eigenvectors ``(..., m, m)`` as columns.
+    """
+    m = a.shape[-1]
+    parts = [p for p in a.detach().reshape(-1, m, m).tensor_split(split_workers(a))
+             if len(p)]
+    if len(parts) <= 1:
+        with torch.no_grad():
+            return torch.linalg.eigh(a)
+    results = map_single_threaded(torch.linalg.eigh, parts)
+    values = torch.cat([r[0] for r in results]).reshape(a.shape[:-1])
+    vectors = torch.cat([r[1] for r in results]).reshape(a.shape)
+    return values, vectors
+
+
+def row_spans(n: int, parts: int) -> List[Tuple[int, int]]:
+    """``parts`` contiguous, near-equal ``(start, stop)`` spans of ``range(n)``
+    (fewer when ``n < parts``)."""
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]

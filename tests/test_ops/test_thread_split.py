@@ -1,0 +1,142 @@
+"""Work split over single-threaded workers: same results, thread count restored."""
+import multiprocessing as mp
+import threading
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import mmsoft.ops.lowrank_attention as lowrank_ops
+from mmsoft.ops import (
+    InverseCfg,
+    newton_iterate,
+    newton_iterate_eig,
+    soft_lowrank_attention,
+)
+from mmsoft.ops.thread_split import (
+    map_single_threaded,
+    parallel_eigh,
+    row_spans,
+    split_workers,
+)
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def symmetric(batch, m, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, m, m, generator=gen, dtype=dtype)
+    return x @ x.transpose(-2, -1) / m
+
+
+def test_workers_run_one_thread_each_concurrently_and_the_count_is_restored(two_threads):
+    both_started = threading.Barrier(2, timeout=30)
+
+    def probe(item):
+        both_started.wait()  # deadlocks (BrokenBarrierError) if run one by one
+        return item, threading.get_ident(), torch.get_num_threads()
+
+    results = map_single_threaded(probe, [0, 1])
+    assert [r[0] for r in results] == [0, 1]
+    assert len({r[1] for r in results}) == 2
+    assert threading.get_ident() not in {r[1] for r in results}
+    assert all(r[2] == 1 for r in results)
+    assert torch.get_num_threads() == 2
+
+
+def test_thread_count_is_restored_when_a_worker_fails(two_threads):
+    def fail(item):
+        raise RuntimeError(f'piece {item} failed')
+
+    with pytest.raises(RuntimeError, match='piece 0 failed'):
+        map_single_threaded(fail, [0, 1])
+    assert torch.get_num_threads() == 2
+
+
+def test_workers_build_no_autograd_graph(two_threads):
+    x = torch.ones(3, requires_grad=True)
+    outs = map_single_threaded(lambda s: x * s, [1.0, 2.0])
+    assert all(out.grad_fn is None for out in outs)
+
+
+@pytest.mark.parametrize('shape', [(5, 40, 40), (2, 3, 30, 30), (1, 25, 25)])
+def test_parallel_eigh_is_torch_eigh(two_threads, shape):
+    a = symmetric(int(torch.tensor(shape[:-2]).prod()), shape[-1]).reshape(shape)
+    values, vectors = parallel_eigh(a)
+    ref_values, _ = torch.linalg.eigh(a)
+    assert values.shape == shape[:-1] and vectors.shape == shape
+    torch.testing.assert_close(values, ref_values, rtol=1e-12, atol=1e-12)
+    rebuilt = (vectors * values.unsqueeze(-2)) @ vectors.transpose(-2, -1)
+    torch.testing.assert_close(rebuilt, a, rtol=1e-10, atol=1e-10)
+
+
+def test_newton_through_split_eigh_equals_the_loop(two_threads):
+    a = symmetric(4, 120, seed=1)
+    torch.testing.assert_close(newton_iterate_eig(a), newton_iterate(a),
+                               rtol=1e-9, atol=1e-9)
+
+
+class _Recorder(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_split_under_a_dispatch_mode_or_off_cpu(two_threads):
+    x = torch.zeros(2, 4, 4)
+    assert split_workers(x) == 2
+    with _Recorder():
+        assert split_workers(x) == 1
+    assert split_workers(torch.zeros(2, 4, 4, device='meta')) == 1
+
+
+def test_row_spans_cover_the_rows_once():
+    for n, parts in [(10, 3), (7, 2), (2, 4), (1, 1)]:
+        spans = row_spans(n, parts)
+        assert len(spans) == min(n, parts)
+        assert [i for lo, hi in spans for i in range(lo, hi)] == list(range(n))
+
+
+@pytest.mark.parametrize('tile_elements', [12 * 3 * 7, 12 * 3 * 40])
+def test_split_tiles_equal_one_thread(monkeypatch, tile_elements):
+    # 22 or 4 tiles over 150 rows, shared by two workers or run by one thread.
+    monkeypatch.setattr(lowrank_ops, 'TILE_ELEMENTS', tile_elements)
+    gen = torch.Generator().manual_seed(0)
+    q, v = torch.randn(3, 150, 16, generator=gen), torch.randn(3, 150, 8, generator=gen)
+    k = torch.randn(3, 12, 16, generator=gen) * 0.7
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                outs.append(soft_lowrank_attention(q, k, v, InverseCfg(normalize=True)))
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+
+def _eigh_in_child(a, queue):
+    values, _ = parallel_eigh(a)
+    queue.put(values.shape[-1])
+
+
+def test_a_forked_child_gets_its_own_workers(two_threads):
+    # The matrices are made before the fork: any multi-threaded torch
+    # operation in a child forked after the parent ran one hangs in OpenMP.
+    a = symmetric(4, 30)
+    parallel_eigh(a)  # the parent's pool exists
+    ctx = mp.get_context('fork')
+    queue = ctx.Queue()
+    child = ctx.Process(target=_eigh_in_child, args=(a, queue))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail('parallel_eigh hung in a forked child')
+    assert child.exitcode == 0 and queue.get(timeout=5) == 30
