@@ -65,9 +65,10 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
 
     The kernel and the inverse run in float32 (float64 stays float64) when
     the inputs are half precision or autocast is on; the result has the dtype
-    of ``v``. Without autograd the N x m kernel is never held whole either:
-    it is computed tile by tile (:data:`TILE_ELEMENTS` entries) into one
-    reused buffer, once for ``A1^T @ V`` and again for ``A1 @ w``.
+    of ``v``. Without autograd (in eager mode) the N x m kernel is never
+    held whole either: it is computed tile by tile (:data:`TILE_ELEMENTS`
+    entries) into one reused buffer, once for ``A1^T @ V`` and again for
+    ``A1 @ w``.
 
     Args:
         q (Tensor): Scaled queries (B, N, d).
@@ -95,8 +96,10 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
             return bottleneck_apply(a2, u, inverse, group)
 
         n = q.shape[-2]
-        if not exporting() and not (torch.is_grad_enabled() and
-                any(t.requires_grad for t in (q, k, v))):
+        # Under export and torch.compile the kernel is one piece: a loop over
+        # tiles would be unrolled into the graph, tile by tile.
+        if not (exporting() or torch.compiler.is_compiling()) and not (
+                torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
             out = _tiled_lowrank(q, k, v, middle)
         elif chunk_size is None or exporting() or chunk_size >= n:
             a1 = gaussian_kernel(q, k)

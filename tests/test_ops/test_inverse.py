@@ -15,7 +15,7 @@ from mmsoft.ops import (
     solve_apply,
     solve_inverse,
 )
-from mmsoft.ops.inverse import EIG_MIN_SIZE
+from mmsoft.ops.inverse import EIG_MIN_SIZE, newton_scalar_iterate
 
 
 def random_spd(batch, size, dtype=torch.float64, seed=0):
@@ -177,3 +177,40 @@ def test_newton_residual_is_the_formula():
     # A singular matrix and its pseudo-inverse: zero residual too.
     singular = torch.diag_embed(torch.tensor([3.0, 0.0, 1.0], dtype=torch.float64))
     assert newton_residual(singular, torch.linalg.pinv(singular)) < 1e-12
+
+
+@pytest.mark.parametrize('num_iters', [0, 1, 5, 20])
+def test_scalar_iterate_is_the_newton_recursion(num_iters):
+    # Eigenvalues from 1e-12 (far from converged after 20 steps) to 1.
+    values = torch.logspace(-12, 0, 200, dtype=torch.float64)
+    start = 1.8 * values
+    v = start.clone()
+    for _ in range(num_iters):
+        v = 2 * v - values * v * v
+    # Rounding only: the float64 recursion and closed form agree to ~4e-11.
+    torch.testing.assert_close(newton_scalar_iterate(values, start, num_iters), v,
+                               rtol=1e-9, atol=0)
+    single = newton_scalar_iterate(values.float(), start.float(), num_iters)
+    assert single.dtype == torch.float32
+    torch.testing.assert_close(single, v.float(), rtol=1e-6, atol=0)
+
+
+def test_eig_newton_compiles_with_inductor():
+    # Written as the recursion, inductor inlined each step into the next and
+    # never finished compiling; the alarm turns a hang into a failure.
+    import signal
+
+    def give_up(*_):
+        raise TimeoutError('inductor did not compile newton_iterate_eig in 240 s')
+
+    torch._dynamo.reset()
+    a = random_spd(2, 100).float()
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(240)
+    try:
+        compiled = torch.compile(newton_iterate_eig, backend='inductor')(a)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    eager = newton_iterate_eig(a)
+    assert float((compiled - eager).abs().max() / eager.abs().max()) < 1e-5
