@@ -6,9 +6,9 @@ of times per matrix (its tridiagonal reduction is a long chain of small
 parallel steps), and SOFT's tiled kernel runs a few short parallel
 operations per tile. On an idle machine that costs little. On a shared one
 a thread is often descheduled, every join waits for it while its partners
-spin, and SOFT-Tiny's default path at 800 x 1344 went from 3.5 s to 10-80 s
+spin, and SOFT-Tiny's default path at 800 x 1344 went from 3.5 s to 10-86 s
 under two busy processes on two cores (the eigendecompositions alone from
-1.9 s to 5-70 s). Handing each thread a whole piece of the work (some of a
+1.9 s to 5-74 s). Handing each thread a whole piece of the work (some of a
 batch's matrices, a span of the kernel's rows) joins once per piece
 instead, and is as fast when idle.
 """
