@@ -30,16 +30,18 @@ _POOL_LOCK = threading.Lock()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """The shared worker pool, made on first use and again after a fork."""
+    """The shared pool of at least ``workers`` threads, made on first use,
+    again after a fork and when more workers are asked for (never to fewer:
+    calls with fewer pieces reuse it)."""
     global _POOL, _POOL_KEY
-    key = (os.getpid(), workers)
+    pid = os.getpid()
     with _POOL_LOCK:
-        if _POOL is None or _POOL_KEY != key:
-            if _POOL is not None and _POOL_KEY[0] == key[0]:
+        if _POOL is None or _POOL_KEY[0] != pid or _POOL_KEY[1] < workers:
+            if _POOL is not None and _POOL_KEY[0] == pid:
                 _POOL.shutdown(wait=False)
             # A forked child inherits the executor but not its threads.
             _POOL = ThreadPoolExecutor(workers, thread_name_prefix='mmsoft-split')
-            _POOL_KEY = key
+            _POOL_KEY = (pid, workers)
         return _POOL
 
 

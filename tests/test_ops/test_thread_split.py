@@ -50,6 +50,21 @@ def test_workers_run_one_thread_each_concurrently_and_the_count_is_restored(two_
     assert torch.get_num_threads() == 2
 
 
+def test_calls_with_fewer_pieces_reuse_the_workers(two_threads):
+    def idents(n):
+        started = threading.Barrier(n, timeout=30)
+
+        def probe(_):
+            started.wait()
+            return threading.get_ident()
+
+        return set(map_single_threaded(probe, range(n)))
+
+    three = idents(3)
+    assert len(three) == 3
+    assert idents(2) <= three  # no new threads for a smaller call
+
+
 def test_thread_count_is_restored_when_a_worker_fails(two_threads):
     def fail(item):
         raise RuntimeError(f'piece {item} failed')
