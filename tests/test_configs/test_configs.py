@@ -75,8 +75,9 @@ def test_config_trains_and_validates(name, data, tmp_path, request):
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=1, val_interval=1)
     cfg.val_cfg = dict(type='ValLoop')
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=1)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1,
-                                        by_epoch=False)
+    # Saving is covered by the train/test/resume tests; here it would only
+    # write up to 1.3 GB per config.
+    cfg.default_hooks.checkpoint = None
     if cfg.model.backbone.get('init_cfg'):
         assert cfg.model.backbone.init_cfg.type == 'Pretrained'
         assert cfg.model.backbone.init_cfg.prefix == 'backbone.'
@@ -111,4 +112,3 @@ def test_config_trains_and_validates(name, data, tmp_path, request):
     assert math.isfinite(loss)
     val_keys = [k for k in runner.message_hub.log_scalars if k.startswith('val/')]
     assert val_keys, 'validation did not run'
-    assert (tmp_path / 'iter_1.pth').exists()
