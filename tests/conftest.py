@@ -43,3 +43,12 @@ def _own_runner_instances():
             for handler in getattr(instance, 'handlers', []):
                 if isinstance(handler, logging.FileHandler):
                     handler.close()
+
+
+@pytest.fixture(autouse=True, scope='session')
+def _route_cache(tmp_path_factory):
+    """Newton routes are measured once per test session, into a folder of its
+    own (tools run as subprocesses inherit it), never into the user's cache."""
+    import os
+    os.environ['MMSOFT_CACHE_DIR'] = str(tmp_path_factory.mktemp('mmsoft_cache'))
+    yield

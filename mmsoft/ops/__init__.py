@@ -6,7 +6,16 @@ from .bottleneck import (
     bottleneck_apply,
     bottleneck_inverse,
 )
-from .export_mode import export_path, exporting
+from .execution import (
+    NEWTON_ROUTES,
+    export_path,
+    exporting,
+    in_graph,
+    newton_route,
+    use_newton_route,
+    use_work_split,
+    work_split,
+)
 from .gaussian_kernel import (
     gaussian_kernel,
     half_neg_squared_distance,
@@ -31,7 +40,8 @@ from .lowrank_attention import (
 )
 
 __all__ = [
-    'export_path', 'exporting',
+    'export_path', 'exporting', 'in_graph', 'NEWTON_ROUTES', 'newton_route',
+    'use_newton_route', 'work_split', 'use_work_split',
     'gaussian_kernel', 'half_neg_squared_distance', 'squared_distance',
     'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',
     'newton_residual', 'prefers_eig', 'regularised', 'backoff_initial_scale',

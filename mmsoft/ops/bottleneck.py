@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 from torch import Tensor
 
-from .export_mode import exporting
+from .execution import exporting
 from .inverse import identity_like, newton_apply, solve_apply
 
 METHODS = ('newton', 'solve')

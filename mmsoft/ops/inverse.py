@@ -14,9 +14,15 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .export_mode import exporting
+from .execution import exporting, in_graph
+from .newton_routes import DEFAULT_SPECTRAL, choose_route
+from .newton_spectral import (
+    SpectralFactors,
+    newton_scalar_iterate,
+    spectral_apply,
+    spectral_values,
+)
 from .regions import region
-from .thread_split import parallel_eigh
 
 
 def regularised(a: Tensor, reg: float) -> Tensor:
@@ -80,6 +86,15 @@ def backoff_initial_scale(p: Tensor, group: int = 1) -> Tensor:
     are tensor operations (no data-dependent Python branch), so the rule
     traces for export.
 
+    The test needs no ``m x m`` product when ``P`` is symmetric with
+    non-negative entries, as SOFT's kernels are: then ``P^2 >= 0``, and
+    column ``j`` of ``|I - alpha P^2|`` sums to
+    ``|1 - alpha c_j| + alpha (s_j - c_j)`` with ``c_j = (P^2)_jj``, the
+    squared norm of column ``j`` of ``P``, and ``s_j = (P (P 1))_j``, the
+    column sum of ``P^2``: ``O(m^2)`` work per matrix instead of an
+    ``m^3`` product and ten passes over ``m x m``. Matrices with a negative
+    entry (seen in eager mode; SOFT never makes them) take the product.
+
     Args:
         p (Tensor): The matrices being inverted, ``(..., m, m)``.
         group (int): Matrices per group; the number of matrices must be a
@@ -95,14 +110,29 @@ def backoff_initial_scale(p: Tensor, group: int = 1) -> Tensor:
                          f'{group}; pass group = the number of heads.')
     row_max = _max_row_sum(p3)
     alpha = 2 / row_max.view(-1, group).amax(-1, keepdim=True).pow(2)   # (G, 1)
-    square = torch.bmm(p3, p3)
-    eye = torch.eye(m, dtype=p.dtype, device=p.device)
+    column_sums = (_column_sums_of_square if in_graph() or bool((p3 >= 0).all())
+                   else _column_sums_by_product)(p3)
     for _ in range(BACKOFF_HALVINGS):
-        scale = alpha.expand(-1, group).reshape(-1, 1, 1)
-        col_max = (eye - scale * square).abs().sum(-2).amax(-1)
-        worst = col_max.view(-1, group).amax(-1, keepdim=True)
+        scale = alpha.expand(-1, group).reshape(-1, 1)
+        worst = column_sums(scale).amax(-1).view(-1, group).amax(-1, keepdim=True)
         alpha = torch.where(worst > BACKOFF_TOLERANCE, alpha * 0.5, alpha)
     return alpha.expand(-1, group).reshape(*p.shape[:-2], 1, 1)
+
+
+def _column_sums_of_square(p3: Tensor):
+    """Column sums of ``|I - alpha P^2|`` for symmetric ``P >= 0``, as a
+    function of ``alpha`` ``(B, 1)``; see :func:`backoff_initial_scale`."""
+    diag = p3.pow(2).sum(-2)                                   # c_j, (B, m)
+    total = (p3 @ p3.sum(-1, keepdim=True)).squeeze(-1)        # s_j = (P P 1)_j
+    off = total - diag
+    return lambda alpha: (1 - alpha * diag).abs() + alpha * off
+
+
+def _column_sums_by_product(p3: Tensor):
+    """Column sums of ``|I - alpha P^2|`` from the product, for any ``P``."""
+    square = torch.bmm(p3, p3)
+    eye = torch.eye(p3.shape[-1], dtype=p3.dtype, device=p3.device)
+    return lambda alpha: (eye - alpha[..., None] * square).abs().sum(-2)
 
 
 def _initial_scale(a: Tensor, p: Tensor, backoff: bool, group: int) -> Tensor:
@@ -136,21 +166,23 @@ def newton_iterate(a: Tensor, num_iters: int = 20, reg: float = 0.01,
 
 
 def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01,
-                       backoff: bool = False, group: int = 1) -> Tensor:
-    """:func:`newton_iterate` through one symmetric eigendecomposition.
+                       backoff: bool = False, group: int = 1,
+                       route: Optional[str] = None) -> Tensor:
+    """:func:`newton_iterate` through one spectral decomposition per matrix.
 
     Every Newton iterate is a polynomial in ``P``: with ``P = U diag(l) U^T``,
     ``V_k = U diag(v_k) U^T`` where ``v_0 = alpha * l`` and
-    ``v <- 2 v - l v^2``. So the ``T`` iterations cost one ``eigh`` and one
-    product instead of ``2 T`` matrix products, giving the same function up
-    to rounding, converged or not. On a 2-core CPU it is faster than the loop
-    from ``m ~ 100`` (8x at ``m = 1050``); on CUDA the loop is faster.
+    ``v <- 2 v - l v^2`` (:mod:`.newton_spectral`). So the ``T`` iterations
+    cost one decomposition instead of ``2 T`` matrix products, giving the same
+    function up to rounding, converged or not. On a 2-core CPU it is faster
+    than the loop from ``m ~ 100`` (10-20x at ``m = 1050``); on CUDA the loop
+    is faster.
 
     In float32 the eigenvectors of nearly equal small eigenvalues carry
     rounding: at ``m ~ 1000`` ``V`` differs from the float64 iterate by up to
     ``~1e-4`` relative (the loop by ``~5e-6``), in directions the attention
     output does not see: through SOFT-Tiny at 800 x 1344 both give the
-    float64 model's outputs to ``~6e-7``.
+    float64 model's outputs to ``~1e-6``.
 
     Args:
         a (Tensor): Symmetric matrices of shape ``(..., m, m)``.
@@ -161,71 +193,63 @@ def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01,
             whose ``alpha`` is computed from ``P`` as in the loop; the iterate
             is still a polynomial in ``P``. Defaults to False.
         group (int): Matrices sharing the back-off step. Defaults to 1.
+        route (str, optional): ``'eigh'`` or ``'tridiagonal'``. Defaults to
+            None: the spectral route :func:`~.newton_routes.choose_route`
+            picks for ``a``.
 
     Returns:
         Tensor: The iterate ``V_T``, same dtype as ``a``.
     """
-    eigvecs, values = _newton_eig_factors(a, num_iters, reg, backoff, group)
-    return (eigvecs * values.unsqueeze(-2)) @ eigvecs.transpose(-2, -1)
+    route = _spectral_route(a) if route is None else route
+    factors = _newton_factors(a, num_iters, reg, backoff, group, route)
+    return spectral_apply(factors, identity_like(a).contiguous())
 
 
-def _newton_eig_factors(a: Tensor, num_iters: int, reg: float,
-                        backoff: bool = False, group: int = 1) -> tuple:
-    """``(U, v_T)`` with ``V_T = U diag(v_T) U^T``; see :func:`newton_iterate_eig`."""
+def _newton_factors(a: Tensor, num_iters: int, reg: float, backoff: bool,
+                    group: int, route: str) -> SpectralFactors:
+    """:class:`SpectralFactors` of ``V_T`` by ``route``; see :func:`newton_iterate_eig`."""
     with torch.no_grad(), region('newton'):
-        # eigh reads the lower triangle; a + reg I shifts the eigenvalues.
-        eigvals, eigvecs = parallel_eigh(a)
+        # Both routes read the lower triangle; a + reg I shifts the eigenvalues.
+        eigvals, factors = spectral_values(a, route)
         eigvals = eigvals + reg
         alpha = (backoff_initial_scale(regularised(a, reg), group) if backoff
                  else newton_initial_scale(a))
-        v = newton_scalar_iterate(eigvals, alpha.squeeze(-1) * eigvals, num_iters)
-        return eigvecs, v
+        values = newton_scalar_iterate(eigvals, alpha.reshape(-1, 1) * eigvals, num_iters)
+        return factors._replace(values=values)
 
 
-def newton_scalar_iterate(values: Tensor, start: Tensor, num_iters: int) -> Tensor:
-    """``num_iters`` steps of ``v <- 2 v - l v^2`` for each eigenvalue ``l``.
-
-    With ``e_k = 1 - l v_k`` a step is ``v_{k+1} = v_k (1 + e_k)`` and
-    ``e_{k+1} = e_k^2``, so ``v_T = v_0 prod_{k<T} (1 + e_1^(2^(k-1)))`` for
-    ``k >= 1``, evaluated in float64 (where ``e_1`` keeps ``l v_0`` even for
-    the smallest ``l``) and returned in the input dtype. Each factor reads
-    ``e_1`` once: written as the recursion, ``torch.compile`` (inductor)
-    inlines ``v`` into every later step and the expression grows as ``3^T``,
-    so compiling a model never finishes.
-
-    Args:
-        values (Tensor): Eigenvalues ``l`` of ``P``.
-        start (Tensor): ``v_0 = alpha * l``, same shape.
-        num_iters (int): Number of steps ``T``.
-
-    Returns:
-        Tensor: ``v_T``, in the dtype of ``values``.
-    """
-    v = start.double()
-    if num_iters == 0:
-        return v.to(values.dtype)
-    e0 = 1 - values.double() * v
-    v = v * (1 + e0)
-    e1 = e0 * e0
-    for k in range(1, num_iters):
-        v = v * (1 + e1.pow(2.0 ** (k - 1)))
-    return v.to(values.dtype)
-
-
-EIG_MIN_SIZE = 96
-"""Smallest ``m`` for which :func:`newton_inverse` picks the eigendecomposition
-on CPU (batch of 10 on 2 cores: loop 0.9 ms vs eig 1.2 ms at ``m = 49``,
-5.0 ms vs 3.2 ms at ``m = 100``)."""
+def _spectral_route(a: Tensor) -> str:
+    """The spectral route for ``a`` when one is asked for: the chosen route,
+    or :data:`~.newton_routes.DEFAULT_SPECTRAL` where the choice is the loop
+    (too few landmarks, or off the CPU)."""
+    route = choose_route(a) if a.device.type == 'cpu' and not exporting() else 'loop'
+    return DEFAULT_SPECTRAL if route == 'loop' else route
 
 
 def prefers_eig(a: Tensor) -> bool:
-    """Whether :func:`newton_inverse` evaluates ``a``'s iterate by ``eigh``.
+    """Whether :func:`newton_apply` evaluates ``a``'s iterate by a spectral
+    decomposition (:func:`~.newton_routes.choose_route` is not ``'loop'``).
 
-    True on CPU from :data:`EIG_MIN_SIZE` landmarks; the loop of matrix
-    products everywhere else (GPU eigensolvers are far slower than products)
-    and always while :func:`~mmsoft.ops.exporting` (no size-dependent choice).
+    False off the CPU (GPU eigensolvers are far slower than products), while
+    :func:`~.execution.exporting` (no size-dependent choice) and for fewer
+    than :data:`~.newton_routes.MIN_MEASURED` landmarks.
     """
-    return not exporting() and a.device.type == 'cpu' and a.shape[-1] >= EIG_MIN_SIZE
+    return choose_route(a) != 'loop'
+
+
+def resolve_route(a: Tensor, use_eig: Optional[bool] = None,
+                  route: Optional[str] = None) -> str:
+    """The route :func:`newton_apply` takes: ``route`` when given, the loop for
+    ``use_eig=False``, a spectral route for ``use_eig=True``, else
+    :func:`~.newton_routes.choose_route`."""
+    if route is not None:
+        if route not in ('loop', 'eigh', 'tridiagonal'):
+            raise ValueError(f"Unknown Newton route {route!r}; use 'loop', 'eigh' "
+                             "or 'tridiagonal'.")
+        return route
+    if use_eig is None:
+        return choose_route(a)
+    return _spectral_route(a) if use_eig else 'loop'
 
 
 class _NewtonApply(Function):
@@ -238,11 +262,11 @@ class _NewtonApply(Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, rhs: Tensor, num_iters: int, reg: float,
-                use_eig: bool, backoff: bool, group: int) -> Tensor:
-        if use_eig:
-            ctx.factors = _newton_eig_factors(a, num_iters, reg, backoff, group)
+                route: str, backoff: bool, group: int) -> Tensor:
+        if route == 'loop':
+            ctx.factors = newton_iterate(a, num_iters, reg, backoff, group)
         else:
-            ctx.factors = (newton_iterate(a, num_iters, reg, backoff, group), )
+            ctx.factors = _newton_factors(a, num_iters, reg, backoff, group, route)
         y = _apply_iterate(ctx.factors, rhs)
         ctx.save_for_backward(y)
         return y
@@ -255,17 +279,17 @@ class _NewtonApply(Function):
         return grad_a, v_grad, None, None, None, None, None
 
 
-def _apply_iterate(factors: tuple, rhs: Tensor) -> Tensor:
-    """``V_T @ rhs`` from ``(V_T,)`` or from eigenfactors ``(U, v_T)``."""
-    if len(factors) == 1:
-        return factors[0] @ rhs
-    eigvecs, values = factors
-    return eigvecs @ (values.unsqueeze(-1) * (eigvecs.transpose(-2, -1) @ rhs))
+def _apply_iterate(factors, rhs: Tensor) -> Tensor:
+    """``V_T @ rhs`` from ``V_T`` itself or from :class:`SpectralFactors`."""
+    with torch.no_grad():
+        if isinstance(factors, SpectralFactors):
+            return spectral_apply(factors, rhs.contiguous())
+        return factors @ rhs
 
 
 def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
                  use_eig: Optional[bool] = None, backoff: bool = False,
-                 group: int = 1) -> Tensor:
+                 group: int = 1, route: Optional[str] = None) -> Tensor:
     """``V_T @ rhs`` for the Newton-Raphson approximation ``V_T`` of ``(a + reg I)^-1``.
 
     With ``P = a + reg * I``, ``alpha`` from :func:`newton_initial_scale` and
@@ -274,25 +298,27 @@ def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
     ``alpha < 2 / sigma_max^2`` it converges to the Moore-Penrose inverse and
     ``||P V P - P||`` (:func:`newton_residual` of ``P``) decreases
     monotonically. The loop costs ``2 m^3`` multiply-adds per iteration;
-    through the eigendecomposition ``V_T`` is never formed and ``rhs`` is
-    multiplied by the factors. No autograd graph is built over the
-    iterations: the backward is that of an inverse evaluated at ``V_T``
-    (``dL/da = -V^T G V^T`` for ``G = dL/dV``).
+    through a spectral decomposition (:mod:`.newton_spectral`) ``V_T`` is
+    never formed and ``rhs`` is multiplied by the factors. No autograd graph
+    is built over the iterations: the backward is that of an inverse
+    evaluated at ``V_T`` (``dL/da = -V^T G V^T`` for ``G = dL/dV``).
 
     Args:
         a (Tensor): Symmetric matrices of shape ``(..., m, m)``.
         rhs (Tensor): Right-hand sides of shape ``(..., m, k)``.
         num_iters (int): Number of iterations. Defaults to 20.
         reg (float): Ridge added to the diagonal. Defaults to 0.01.
-        use_eig (bool, optional): Evaluate ``V_T`` through one
-            eigendecomposition (:func:`newton_iterate_eig`) or by the loop
-            (:func:`newton_iterate`). Defaults to None: whichever is faster
-            for the matrix size and device (:func:`prefers_eig`).
+        use_eig (bool, optional): Evaluate ``V_T`` through a spectral
+            decomposition (True) or by the loop (False). Defaults to None:
+            whichever route is fastest for the matrix size and device
+            (:func:`~.newton_routes.choose_route`).
         backoff (bool): Start from :func:`backoff_initial_scale` (the
             released checkpoints' rule) instead of
             :func:`newton_initial_scale`. Defaults to False.
         group (int): Consecutive matrices that share the back-off step (the
             heads of one image). Defaults to 1.
+        route (str, optional): ``'loop'``, ``'eigh'`` or ``'tridiagonal'``,
+            overriding ``use_eig``. Defaults to None.
 
     Returns:
         Tensor: Shape ``(..., m, k)``.
@@ -301,14 +327,13 @@ def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
     if rhs.shape[:-1] != a.shape[:-1]:
         raise ValueError(f'rhs of shape {tuple(rhs.shape)} does not match matrices '
                          f'of shape {tuple(a.shape)}; expected (..., m, k).')
-    if use_eig is None:
-        use_eig = prefers_eig(a)
-    return _NewtonApply.apply(a, rhs, num_iters, reg, use_eig, backoff, group)
+    route = resolve_route(a, use_eig, route)
+    return _NewtonApply.apply(a, rhs, num_iters, reg, route, backoff, group)
 
 
 def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
                    use_eig: Optional[bool] = None, backoff: bool = False,
-                   group: int = 1) -> Tensor:
+                   group: int = 1, route: Optional[str] = None) -> Tensor:
     """The Newton-Raphson approximation ``V_T`` of ``(a + reg * I)^-1``.
 
     :func:`newton_apply` to the identity; same arguments, shape
@@ -324,7 +349,8 @@ def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,
                 [0.0000, 0.0000, 0.5000]])
     """
     _check_square(a)
-    return newton_apply(a, identity_like(a), num_iters, reg, use_eig, backoff, group)
+    return newton_apply(a, identity_like(a), num_iters, reg, use_eig, backoff, group,
+                        route)
 
 
 def identity_like(a: Tensor) -> Tensor:

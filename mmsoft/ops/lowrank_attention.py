@@ -17,7 +17,7 @@ Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
 - :func:`exact_gaussian_attention`: the full N x N kernel ``k(Q, Q) @ V``
   that the low-rank factorisation approximates.
 """
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -29,7 +29,7 @@ from .bottleneck import (
     bottleneck_apply,
     bottleneck_inverse,
 )
-from .export_mode import exporting
+from .execution import compiling, exporting, tile_elements
 from .gaussian_kernel import augmented_points, gaussian_kernel
 from .thread_split import map_single_threaded, row_spans, split_workers
 
@@ -50,13 +50,6 @@ def _expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
     return gaussian_kernel(q, k) @ w
 
 
-TILE_ELEMENTS = 1 << 21
-"""Kernel entries per tile (8 MiB in float32) of the evaluation without
-autograd: small enough to stay in cache between the matmul that writes a tile
-and the two passes and product that read it (about 1.5x faster than one
-piece at 800 x 1344 on a 2-core CPU with 2 MiB L2 per core)."""
-
-
 def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
                            inverse: InverseCfg = DEFAULT_INVERSE,
                            chunk_size: Optional[int] = None,
@@ -65,10 +58,10 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
 
     The kernel and the inverse run in float32 (float64 stays float64) when
     the inputs are half precision or autocast is on; the result has the dtype
-    of ``v``. Without autograd (in eager mode) the N x m kernel is never
-    held whole either: it is computed tile by tile (:data:`TILE_ELEMENTS`
-    entries) into one reused buffer, once for ``A1^T @ V`` and again for
-    ``A1 @ w``.
+    of ``v``. Without autograd (unless exporting) the N x m kernel is never
+    held whole either: it is computed tile by tile
+    (:func:`~.execution.tile_elements` entries) into one reused buffer, once
+    for ``A1^T @ V`` and again for ``A1 @ w``.
 
     Args:
         q (Tensor): Scaled queries (B, N, d).
@@ -96,9 +89,9 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
             return bottleneck_apply(a2, u, inverse, group)
 
         n = q.shape[-2]
-        # Under export and torch.compile the kernel is one piece: a loop over
-        # tiles would be unrolled into the graph, tile by tile.
-        if not (exporting() or torch.compiler.is_compiling()) and not (
+        # Exported, the kernel is one piece: a loop over tiles would be
+        # unrolled into the graph, tile by tile.
+        if not exporting() and not (
                 torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
             out = _tiled_lowrank(q, k, v, middle)
         elif chunk_size is None or exporting() or chunk_size >= n:
@@ -117,50 +110,123 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
 def _tiled_lowrank(q: Tensor, k: Tensor, v: Tensor, middle) -> Tensor:
     """``A1 @ middle(A1^T @ v)`` without autograd, one kernel tile at a time.
 
-    A kernel larger than one tile is computed twice, tile by tile (once per
-    pass), which costs ``N m (d + 2)`` more multiply-adds but keeps each tile
-    in cache; a kernel that fits in one tile is computed once. On CPU the
-    rows are split into one span per intra-op thread and each span's tiles
-    run on a single-threaded worker (:mod:`~mmsoft.ops.thread_split`), so
-    the threads join twice per call instead of after every operation on
-    every tile.
+    A kernel larger than one tile is computed twice, tile by tile, by
+    :func:`kernel_project` and :func:`kernel_expand`, which costs
+    ``N m (d + 2)`` more multiply-adds but keeps each tile in cache; in eager
+    mode a kernel that fits in one tile is computed once. Under
+    ``torch.compile`` both run as the operators ``mmsoft::kernel_project``
+    and ``mmsoft::kernel_expand``, so the compiled model keeps the tiles and
+    the work split.
     """
-    batch, n, _ = q.shape
-    m = k.shape[-2]
-    rows = max(1, TILE_ELEMENTS // max(1, batch * m))  # batch 0: empty output
-    q_aug, k_aug = augmented_points(q, k)
-    k_aug = k_aug.transpose(-2, -1)
-
-    def tiles(span: Tuple[int, int]) -> Iterator[Tuple[int, int, Tensor]]:
-        """``(start, stop, kernel rows)`` over ``span``, in one reused buffer."""
-        lo, hi = span
-        buffer = q.new_empty(batch * min(rows, hi - lo) * m)
-        for start in range(lo, hi, rows):
-            stop = min(start + rows, hi)
-            kernel = buffer[:batch * (stop - start) * m].view(batch, stop - start, m)
-            torch.bmm(q_aug[:, start:stop], k_aug, out=kernel)
-            yield start, stop, kernel.clamp_max_(0).exp_()
-
-    if rows >= n:  # one tile holds the whole kernel: compute it once
-        _, _, kernel = next(tiles((0, n)))
+    if not compiling() and _tile_rows(q, k) >= q.shape[-2]:
+        kernel = gaussian_kernel(q, k)
         return torch.bmm(kernel, middle(torch.bmm(kernel.transpose(-2, -1), v)))
-    spans = row_spans(n, min(split_workers(q), -(-n // rows)))
+    if compiling():
+        project, expand = torch.ops.mmsoft.kernel_project, torch.ops.mmsoft.kernel_expand
+    else:
+        project, expand = kernel_project, kernel_expand
+    return expand(q, k, middle(project(q, k, v)))
+
+
+def _tile_rows(q: Tensor, k: Tensor) -> int:
+    """Query rows per tile: :func:`~.execution.tile_elements` kernel entries
+    over the batch."""
+    return max(1, tile_elements() // max(1, q.shape[0] * k.shape[-2]))  # batch 0 too
+
+
+def _kernel_tiles(q_aug: Tensor, k_aug_t: Tensor, span: Tuple[int, int],
+                  rows: int) -> Iterator[Tuple[int, int, Tensor]]:
+    """``(start, stop, kernel rows)`` over ``span``, in one reused buffer."""
+    batch, m = q_aug.shape[0], k_aug_t.shape[-1]
+    lo, hi = span
+    buffer = q_aug.new_empty(batch * min(rows, hi - lo) * m)
+    for start in range(lo, hi, rows):
+        stop = min(start + rows, hi)
+        kernel = buffer[:batch * (stop - start) * m].view(batch, stop - start, m)
+        torch.bmm(q_aug[:, start:stop], k_aug_t, out=kernel)
+        yield start, stop, kernel.clamp_max_(0).exp_()
+
+
+def _spans(q: Tensor, rows: int) -> List[Tuple[int, int]]:
+    """One span of query rows per worker (at most one per tile)."""
+    n = q.shape[-2]
+    return row_spans(n, min(split_workers(q), -(-n // rows)))
+
+
+def kernel_project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``A1^T @ v`` with ``A1 = k(q, k)``, tile by tile, without autograd.
+
+    On CPU the query rows are split into one span per intra-op thread and
+    each span's tiles run on a single-threaded worker
+    (:mod:`~mmsoft.ops.thread_split`), so the threads join once per call
+    instead of after every operation on every tile.
+
+    Args:
+        q (Tensor): Queries (B, N, d).
+        k (Tensor): Landmarks (B, m, d).
+        v (Tensor): Values (B, N, dv).
+
+    Returns:
+        Tensor: (B, m, dv).
+    """
+    rows = _tile_rows(q, k)
+    q_aug, k_aug = augmented_points(q, k)
+    k_aug_t = k_aug.transpose(-2, -1)
 
     def project(span: Tuple[int, int]) -> Tensor:
-        u = q.new_zeros(batch, m, v.shape[-1])
-        for start, stop, kernel in tiles(span):
+        u = q.new_zeros(q.shape[0], k.shape[-2], v.shape[-1])
+        for start, stop, kernel in _kernel_tiles(q_aug, k_aug_t, span, rows):
             u.baddbmm_(kernel.transpose(-2, -1), v[:, start:stop])
         return u
 
-    w = middle(sum(map_single_threaded(project, spans)))
-    out = q.new_empty(batch, n, v.shape[-1])
+    parts = map_single_threaded(project, _spans(q, rows))
+    return sum(parts[1:], parts[0]) if parts else q.new_zeros(
+        q.shape[0], k.shape[-2], v.shape[-1])
+
+
+def kernel_expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
+    """``A1 @ w`` with ``A1 = k(q, k)``, tile by tile, without autograd; split
+    as :func:`kernel_project`.
+
+    Args:
+        q (Tensor): Queries (B, N, d).
+        k (Tensor): Landmarks (B, m, d).
+        w (Tensor): (B, m, dv).
+
+    Returns:
+        Tensor: (B, N, dv).
+    """
+    rows = _tile_rows(q, k)
+    q_aug, k_aug = augmented_points(q, k)
+    k_aug_t = k_aug.transpose(-2, -1)
+    out = q.new_empty(q.shape[0], q.shape[1], w.shape[-1])
 
     def expand(span: Tuple[int, int]) -> None:
-        for start, stop, kernel in tiles(span):
-            out[:, start:stop] = torch.bmm(kernel, w)
+        for start, stop, kernel in _kernel_tiles(q_aug, k_aug_t, span, rows):
+            torch.bmm(kernel, w, out=out[:, start:stop])
 
-    map_single_threaded(expand, spans)
+    map_single_threaded(expand, _spans(q, rows))
     return out
+
+
+@torch.library.custom_op('mmsoft::kernel_project', mutates_args=())
+def _kernel_project_op(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return kernel_project(q, k, v)
+
+
+@_kernel_project_op.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return q.new_empty(q.shape[0], k.shape[-2], v.shape[-1])
+
+
+@torch.library.custom_op('mmsoft::kernel_expand', mutates_args=())
+def _kernel_expand_op(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
+    return kernel_expand(q, k, w)
+
+
+@_kernel_expand_op.register_fake
+def _(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
+    return q.new_empty(q.shape[0], q.shape[1], w.shape[-1])
 
 
 def _checkpointed(fn, *args: Tensor) -> Tensor:

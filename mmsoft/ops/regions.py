@@ -3,7 +3,7 @@ import contextlib
 from contextvars import ContextVar
 from typing import Iterator, Optional
 
-import torch
+from .execution import compiling
 
 _REGION: ContextVar[Optional[str]] = ContextVar('mmsoft_region', default=None)
 
@@ -16,7 +16,7 @@ def region(name: str) -> Iterator[None]:
         name (str): Region name, e.g. ``'newton'``. Not marked under
             ``torch.compile``.
     """
-    if torch.compiler.is_compiling():  # ContextVar.set would split the graph
+    if compiling():  # ContextVar.set would split the graph
         yield
         return
     token = _REGION.set(name)

@@ -19,7 +19,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from .execution import eager_cpu, work_split
 
 T = TypeVar('T')
 R = TypeVar('R')
@@ -29,10 +30,27 @@ _POOL_KEY: Tuple[int, int] = (0, 0)  # (process id, workers) the pool was made f
 _POOL_LOCK = threading.Lock()
 
 
+def _one_thread() -> None:
+    """A worker's initializer: torch (OpenMP, MKL) runs one thread here.
+
+    torch reads its thread count for a thread at the thread's first parallel
+    operation (from the process default); that happens first, so the
+    setting made after it stays.
+    """
+    torch.get_num_threads()
+    torch.set_num_threads(1)
+
+
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """The shared pool of at least ``workers`` threads, made on first use,
-    again after a fork and when more workers are asked for (never to fewer:
-    calls with fewer pieces reuse it)."""
+    """The shared pool of at least ``workers`` single-threaded workers, made on
+    first use, again after a fork and when more workers are asked for (never
+    to fewer: calls with fewer pieces reuse it).
+
+    ``torch.set_num_threads(1)`` in a worker also sets the count that threads
+    which never ran a parallel torch operation start with; once the workers
+    exist, the calling thread's count is set again, which puts that default
+    back and changes nothing else.
+    """
     global _POOL, _POOL_KEY
     pid = os.getpid()
     with _POOL_LOCK:
@@ -40,7 +58,14 @@ def _pool(workers: int) -> ThreadPoolExecutor:
             if _POOL is not None and _POOL_KEY[0] == pid:
                 _POOL.shutdown(wait=False)
             # A forked child inherits the executor but not its threads.
-            _POOL = ThreadPoolExecutor(workers, thread_name_prefix='mmsoft-split')
+            threads = torch.get_num_threads()
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix='mmsoft-split',
+                                       initializer=_one_thread)
+            started = threading.Barrier(workers + 1)
+            for _ in range(workers):  # start every worker now, each once
+                _POOL.submit(started.wait)
+            started.wait()
+            torch.set_num_threads(threads)
             _POOL_KEY = (pid, workers)
         return _POOL
 
@@ -48,49 +73,45 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 def split_workers(x: Tensor) -> int:
     """How many single-threaded workers share work on ``x`` (1: no split).
 
-    torch's intra-op thread count for a CPU tensor outside ``torch.compile``,
-    tracing and any ``TorchDispatchMode`` (whose state is per thread), else 1.
+    torch's intra-op thread count for a CPU tensor in plain eager code
+    (:func:`~.execution.eager_cpu`) while :func:`~.execution.work_split` is
+    on, else 1.
     """
-    if (x.device.type != 'cpu' or torch.compiler.is_compiling()
-            or torch.jit.is_tracing() or torch.jit.is_scripting()
-            or _get_current_dispatch_mode() is not None):
+    if not eager_cpu(x) or not work_split():
         return 1
     return torch.get_num_threads()
 
 
-def _single_threaded(fn: Callable[[T], R]) -> Callable[[T], R]:
+def _without_grad(fn: Callable[[T], R]) -> Callable[[T], R]:
     def run(item: T) -> R:
-        torch.set_num_threads(1)  # this worker's OpenMP and MKL settings
         with torch.no_grad():
             return fn(item)
     return run
 
 
-def map_single_threaded(fn: Callable[[T], R], items: Sequence[T]) -> List[R]:
+def map_single_threaded(fn: Callable[[T], R], items: Sequence[T],
+                        on_worker: bool = False) -> List[R]:
     """``[fn(item) for item in items]``, each item on its own one-thread worker.
 
-    With more than one item the process runs one intra-op thread for the
-    duration of the call (other Python threads' torch work included), the
-    items run concurrently on a shared pool, and the count is restored
-    after. ``fn`` runs without autograd and must not depend on thread-local
-    state (grad mode, autocast, dispatch modes).
+    With more than one item (or ``on_worker``) the items run concurrently on
+    a shared pool of workers that each run torch on one thread; the calling
+    thread and every other thread keep their settings. ``fn`` runs without
+    autograd and must not depend on thread-local state (grad mode, autocast,
+    dispatch modes, :mod:`~.execution` settings).
 
     Args:
         fn (callable): The work for one item.
         items (Sequence): The pieces, at most one per intra-op thread.
+        on_worker (bool): Run a single item on a worker too (one thread)
+            instead of in the calling thread. Defaults to False.
 
     Returns:
         list: The results in the order of ``items``.
     """
-    if len(items) <= 1:
+    if len(items) == 0 or (len(items) == 1 and not on_worker):
         with torch.no_grad():
             return [fn(item) for item in items]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return list(_pool(len(items)).map(_single_threaded(fn), items))
-    finally:
-        torch.set_num_threads(before)
+    return list(_pool(len(items)).map(_without_grad(fn), items))
 
 
 def parallel_eigh(a: Tensor) -> Tuple[Tensor, Tensor]:

@@ -99,7 +99,7 @@ def test_chunked_equals_plain_values_and_grads(chunk_size):
 @pytest.mark.parametrize('tile_elements', [1, 12 * 3 * 7, 10**9])
 def test_tiles_without_autograd_equal_the_autograd_path(monkeypatch, tile_elements):
     # 1 row per tile, 7 rows (150 = 21 * 7 + 3: a short last tile), one tile.
-    monkeypatch.setattr(soft_attention_ops, 'TILE_ELEMENTS', tile_elements)
+    monkeypatch.setenv('MMSOFT_TILE_ELEMENTS', str(tile_elements))
     q, k, v = inputs()
     for normalize in (False, True):
         with torch.no_grad():

@@ -120,7 +120,7 @@ def test_row_spans_cover_the_rows_once():
 @pytest.mark.parametrize('tile_elements', [12 * 3 * 7, 12 * 3 * 40])
 def test_split_tiles_equal_one_thread(monkeypatch, tile_elements):
     # 22 or 4 tiles over 150 rows, shared by two workers or run by one thread.
-    monkeypatch.setattr(lowrank_ops, 'TILE_ELEMENTS', tile_elements)
+    monkeypatch.setenv('MMSOFT_TILE_ELEMENTS', str(tile_elements))
     gen = torch.Generator().manual_seed(0)
     q, v = torch.randn(3, 150, 16, generator=gen), torch.randn(3, 150, 8, generator=gen)
     k = torch.randn(3, 12, 16, generator=gen) * 0.7

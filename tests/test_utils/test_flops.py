@@ -73,7 +73,7 @@ def test_kernel_spread_over_tiles_is_computed_once_per_pass(monkeypatch):
     q, k, v = torch.rand(1, n, d), torch.rand(1, m, d), torch.rand(1, n, d)
 
     def kernel_macs(tile_elements):
-        monkeypatch.setattr(ops, 'TILE_ELEMENTS', tile_elements)
+        monkeypatch.setenv('MMSOFT_TILE_ELEMENTS', str(tile_elements))
         with torch.no_grad(), FlopCounter() as counter:
             ops.soft_lowrank_attention(q, k, v, ops.InverseCfg(method='solve'))
         return counter.total

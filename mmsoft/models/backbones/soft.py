@@ -10,7 +10,7 @@ from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmsoft.ops import InverseCfg, exporting
+from mmsoft.ops import InverseCfg, in_graph
 from mmsoft.registry import register_model
 
 from ..attention.soft_attention import SOFTAttention
@@ -25,11 +25,6 @@ STAGE_KINDS = (SOFTStage, SOFTStage, SOFTStage, ClassTokenStage)
 OUT_TYPES = ('cls_token', 'featmap')
 MIN_INPUT_SIZE = 32
 STRIDES = (4, 8, 16, 32)
-
-
-def _in_graph() -> bool:
-    """Exporting or compiling: a data-dependent check would break the graph."""
-    return exporting() or torch.compiler.is_compiling()
 
 
 def _half(size: int, times: int) -> int:
@@ -407,7 +402,7 @@ class SOFT(BaseModule):
             raise ValueError(f'Input of {x.shape[-2]} x {x.shape[-1]} px is smaller '
                              f'than the minimum {MIN_INPUT_SIZE} x {MIN_INPUT_SIZE} '
                              'px of SOFT; resize or pad the images.')
-        if self.check_finite and not _in_graph() and not bool(torch.isfinite(x).all()):
+        if self.check_finite and not in_graph() and not bool(torch.isfinite(x).all()):
             bad = int((~torch.isfinite(x)).sum())
             raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
                              'or pass check_finite=False to skip this check.')

@@ -1,0 +1,239 @@
+"""Three LAPACK routines torch does not expose, from SciPy's LAPACK, by ctypes.
+
+The tridiagonal route of the Newton iterate (:mod:`.newton_spectral`) needs
+``?sytrd`` (reduce a symmetric matrix to tridiagonal form ``A = Q T Q^T``),
+``?stedc`` (eigenvalues and eigenvectors of ``T``, divide and conquer) and
+``?ormtr`` (multiply by ``Q`` kept as Householder reflectors). SciPy publishes
+its LAPACK as C function pointers in ``scipy.linalg.cython_lapack``; they are
+called here through ctypes, which releases the GIL, on torch tensors' memory
+(no copies through NumPy). Everything is optional: without SciPy, or when the
+BLAS behind it offers no per-thread thread count, :func:`unavailable_reason`
+says why and the callers use ``torch.linalg.eigh``.
+
+LAPACK is column-major. A C-contiguous ``(n, n)`` tensor read by LAPACK is
+its transpose; for symmetric matrices LAPACK's upper triangle (``'U'``) is
+the tensor's lower triangle, the one ``torch.linalg.eigh`` reads.
+"""
+import contextlib
+import ctypes
+import functools
+from typing import Callable, Dict, Iterator, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+_PTR = ctypes.c_void_p
+_ARGS = {'sytrd': 10, 'stedc': 11, 'ormtr': 13}
+_PREFIX = {torch.float32: 's', torch.float64: 'd'}
+_THREAD_SETTERS = ('openblas_set_num_threads_local', 'mkl_set_num_threads_local')
+
+
+@functools.lru_cache(maxsize=None)
+def _binding() -> Tuple[Optional[Dict[str, Callable]], Optional[Callable], str]:
+    """``(routines, thread setter, reason)``; routines None when unavailable."""
+    try:
+        import scipy.linalg.cython_lapack as cython_lapack
+    except ImportError as err:
+        return None, None, f'SciPy is not installed ({err})'
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    routines = {}
+    for prefix in _PREFIX.values():
+        for name, nargs in _ARGS.items():
+            capsule = cython_lapack.__pyx_capi__.get(prefix + name)
+            if capsule is None:
+                return None, None, f'SciPy has no LAPACK {prefix + name}'
+            address = get_pointer(capsule, get_name(capsule))
+            routines[prefix + name] = ctypes.CFUNCTYPE(None, *[_PTR] * nargs)(address)
+    setter = _thread_setter()
+    if setter is None:
+        return None, None, ("the BLAS behind SciPy's LAPACK has no per-thread thread "
+                            f'count (none of {_THREAD_SETTERS} found)')
+    return routines, setter, ''
+
+
+def _thread_setter() -> Optional[Callable]:
+    """The per-thread thread-count setter of the library holding SciPy's LAPACK
+    (the loaded library that exports both ``ssytrd`` with 32-bit integers and
+    a setter of :data:`_THREAD_SETTERS`)."""
+    try:
+        with open('/proc/self/maps') as maps:
+            paths = {line.split()[-1] for line in maps if '.so' in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if not any(hasattr(library, name) for name in ('scipy_ssytrd_', 'ssytrd_')):
+            continue
+        for name in _THREAD_SETTERS:
+            setter = getattr(library, name, None)
+            if setter is not None:
+                setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
+                return setter
+    return None
+
+
+def unavailable_reason() -> str:
+    """Why the routines cannot be used here, or ``''`` when they can."""
+    return _binding()[2]
+
+
+def available() -> bool:
+    """Whether :func:`tridiagonalize`, :func:`tridiagonal_eigh` and
+    :func:`apply_q` can run in this process."""
+    return not unavailable_reason()
+
+
+@contextlib.contextmanager
+def blas_threads(count: int) -> Iterator[None]:
+    """Run this thread's LAPACK calls on ``count`` BLAS threads; other threads
+    and the process-wide count are untouched, and this thread's own setting
+    is restored after.
+
+    Args:
+        count (int): BLAS threads for this thread's calls.
+    """
+    setter = _binding()[1]
+    if setter is None:
+        yield
+        return
+    previous = setter(count)  # 0: this thread follows the process-wide count
+    try:
+        yield
+    finally:
+        setter(previous)
+
+
+def _routine(dtype: torch.dtype, name: str) -> Callable:
+    routines = _binding()[0]
+    if routines is None:
+        raise RuntimeError(f'LAPACK through SciPy is unavailable: {unavailable_reason()}.')
+    if dtype not in _PREFIX:
+        raise TypeError(f'LAPACK routines take float32 or float64, got {dtype}.')
+    return routines[_PREFIX[dtype] + name]
+
+
+def _int(value: int):
+    return ctypes.byref(ctypes.c_int(value))
+
+
+def _ptr(t: Tensor) -> _PTR:
+    return _PTR(t.data_ptr())
+
+
+_UPPER, _LEFT = ctypes.c_char_p(b'U'), ctypes.c_char_p(b'L')
+
+
+def _check(info: ctypes.c_int, name: str) -> None:
+    if info.value != 0:
+        raise RuntimeError(f'LAPACK {name} failed with info = {info.value}.')
+
+
+def _workspace_size(call: Callable, dtype: torch.dtype) -> int:
+    query = torch.zeros(1, dtype=dtype)
+    call(query, -1)
+    return max(1, int(query.item()))
+
+
+def tridiagonalize(a: Tensor, out: Optional[Tensor] = None
+                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``A = Q T Q^T`` of one symmetric matrix (``?sytrd``), reading its lower
+    triangle.
+
+    Args:
+        a (Tensor): A symmetric ``(n, n)`` CPU matrix, float32 or float64; not
+            modified.
+        out (Tensor, optional): A contiguous ``(n, n)`` tensor of ``a``'s dtype
+            to hold the reflectors. Defaults to None (a new one).
+
+    Returns:
+        tuple[Tensor, Tensor, Tensor, Tensor]: The reflectors (an ``(n, n)``
+        buffer for :func:`apply_q`), the diagonal ``(n,)`` and off-diagonal
+        ``(n - 1,)`` of ``T``, and the reflectors' scales ``(n - 1,)``.
+    """
+    n, dtype = a.shape[-1], a.dtype
+    sytrd = _routine(dtype, 'sytrd')
+    house = torch.empty_like(a, memory_format=torch.contiguous_format) if out is None else out
+    house.copy_(a.detach())
+    diag, off, tau = (torch.empty(k, dtype=dtype) for k in (n, max(n - 1, 1), max(n - 1, 1)))
+    info = ctypes.c_int(0)
+
+    def call(work: Tensor, size: int) -> None:
+        sytrd(_UPPER, _int(n), _ptr(house), _int(n), _ptr(diag), _ptr(off), _ptr(tau),
+              _ptr(work), _int(size), ctypes.byref(info))
+
+    size = _workspace_size(call, dtype)
+    call(torch.empty(size, dtype=dtype), size)
+    _check(info, 'sytrd')
+    return house, diag, off[:n - 1], tau[:n - 1]
+
+
+def tridiagonal_eigh(diag: Tensor, off: Tensor, out: Optional[Tensor] = None
+                     ) -> Tuple[Tensor, Tensor]:
+    """Eigenvalues and eigenvectors of a symmetric tridiagonal matrix (``?stedc``).
+
+    Args:
+        diag (Tensor): The diagonal ``(n,)``.
+        off (Tensor): The off-diagonal ``(n - 1,)``.
+        out (Tensor, optional): A contiguous ``(n, n)`` tensor to hold the
+            eigenvectors. Defaults to None (a new one).
+
+    Returns:
+        tuple[Tensor, Tensor]: Eigenvalues ``(n,)`` in ascending order and the
+        eigenvectors as the **rows** of an ``(n, n)`` tensor.
+    """
+    n, dtype = diag.shape[0], diag.dtype
+    stedc = _routine(dtype, 'stedc')
+    values = diag.clone()
+    off = torch.cat([off, off.new_zeros(1)])  # stedc may touch e[n - 1]
+    vectors = torch.empty(n, n, dtype=dtype) if out is None else out
+    info = ctypes.c_int(0)
+    compz = ctypes.c_char_p(b'I')
+
+    def call(work: Tensor, size: int, iwork: Tensor, isize: int) -> None:
+        stedc(compz, _int(n), _ptr(values), _ptr(off), _ptr(vectors), _int(n),
+              _ptr(work), _int(size), _ptr(iwork), _int(isize), ctypes.byref(info))
+
+    work, iwork = torch.zeros(1, dtype=dtype), torch.zeros(1, dtype=torch.int32)
+    call(work, -1, iwork, -1)
+    size, isize = max(1, int(work.item())), max(1, int(iwork.item()))
+    call(torch.empty(size, dtype=dtype), size, torch.empty(isize, dtype=torch.int32), isize)
+    _check(info, 'stedc')
+    return values, vectors
+
+
+def apply_q(house: Tensor, tau: Tensor, rhs_t: Tensor, transpose: bool) -> Tensor:
+    """``Q @ Y`` or ``Q^T @ Y`` for the ``Q`` of :func:`tridiagonalize` (``?ormtr``).
+
+    Args:
+        house (Tensor): The reflectors from :func:`tridiagonalize`.
+        tau (Tensor): Their scales.
+        rhs_t (Tensor): ``Y`` **transposed**, a C-contiguous ``(k, n)`` tensor;
+            overwritten with the result (transposed).
+        transpose (bool): ``Q^T @ Y`` instead of ``Q @ Y``.
+
+    Returns:
+        Tensor: ``rhs_t``, now ``(Q Y)^T`` or ``(Q^T Y)^T``.
+    """
+    k, n = rhs_t.shape
+    dtype = house.dtype
+    if n < 2 or k == 0:
+        return rhs_t
+    ormtr = _routine(dtype, 'ormtr')
+    trans = ctypes.c_char_p(b'T' if transpose else b'N')
+    info = ctypes.c_int(0)
+
+    def call(work: Tensor, size: int) -> None:
+        ormtr(_LEFT, _UPPER, trans, _int(n), _int(k), _ptr(house), _int(n), _ptr(tau),
+              _ptr(rhs_t), _int(n), _ptr(work), _int(size), ctypes.byref(info))
+
+    size = _workspace_size(call, dtype)
+    call(torch.empty(size, dtype=dtype), size)
+    _check(info, 'ormtr')
+    return rhs_t

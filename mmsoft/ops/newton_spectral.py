@@ -1,0 +1,210 @@
+"""The Newton iterate from a spectral decomposition: the same function, no loop.
+
+Every Newton iterate ``V_k`` is a polynomial in ``P = a + reg I``. With
+``P = U diag(l) U^T``, ``V_T = U diag(v_T) U^T`` where ``v_0 = alpha l`` and
+``v <- 2 v - l v^2`` (:func:`newton_scalar_iterate`), so ``V_T @ rhs`` costs
+one decomposition and a few thin products instead of ``2 T`` products of
+``m x m`` matrices. Two routes compute it on CPU (:data:`SPECTRAL_ROUTES`):
+
+- ``'eigh'``: ``torch.linalg.eigh`` (the LAPACK torch is built with, MKL in
+  the x86 wheels) gives ``U``; ``V_T rhs = U (v_T * U^T rhs)``.
+- ``'tridiagonal'``: LAPACK through SciPy (:mod:`.lapack`) reduces
+  ``a = Q T Q^T`` (``?sytrd``) and decomposes the tridiagonal
+  ``T = Z diag(l) Z^T`` (``?stedc``); ``V_T rhs = Q Z (v_T * Z^T Q^T rhs)``
+  with ``Q`` applied as its Householder reflectors (``?ormtr``). ``U = Q Z``
+  is never formed: the ``2 m^3`` back-transformation that ``eigh`` spends
+  on it is replaced by products with the ``k <= 64`` columns of ``rhs``.
+
+Both cut a batch into one part per :func:`~.thread_split.split_workers` and
+solve each part on a single-threaded worker. Which is faster depends on the
+machine (:mod:`.newton_routes` measures it).
+"""
+from typing import List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import lapack
+from .execution import compiling
+from .thread_split import map_single_threaded, parallel_eigh, split_workers
+
+SPECTRAL_ROUTES = ('eigh', 'tridiagonal')
+
+
+def newton_scalar_iterate(values: Tensor, start: Tensor, num_iters: int) -> Tensor:
+    """``num_iters`` steps of ``v <- 2 v - l v^2`` for each eigenvalue ``l``.
+
+    With ``e_k = 1 - l v_k`` a step is ``v_{k+1} = v_k (1 + e_k)`` and
+    ``e_{k+1} = e_k^2``, so ``v_T = v_0 prod_{k<T} (1 + e_1^(2^(k-1)))`` for
+    ``k >= 1``, evaluated in float64 (where ``e_1`` keeps ``l v_0`` even for
+    the smallest ``l``) and returned in the input dtype. Each factor reads
+    ``e_1`` once: written as the recursion, ``torch.compile`` (inductor)
+    inlines ``v`` into every later step and the expression grows as ``3^T``,
+    so compiling a model never finishes.
+
+    Args:
+        values (Tensor): Eigenvalues ``l`` of ``P``.
+        start (Tensor): ``v_0 = alpha * l``, same shape.
+        num_iters (int): Number of steps ``T``.
+
+    Returns:
+        Tensor: ``v_T``, in the dtype of ``values``.
+    """
+    v = start.double()
+    if num_iters == 0:
+        return v.to(values.dtype)
+    e0 = 1 - values.double() * v
+    v = v * (1 + e0)
+    e1 = e0 * e0
+    for k in range(1, num_iters):
+        v = v * (1 + e1.pow(2.0 ** (k - 1)))
+    return v.to(values.dtype)
+
+
+class SpectralFactors(NamedTuple):
+    """``V_T`` of a batch ``(B, m, m)`` as factors; see :func:`spectral_factors`.
+
+    ``values`` is ``v_T`` per eigenvalue, ``(B, m)``. Route ``'eigh'``:
+    ``vectors`` holds the eigenvectors ``U`` as columns. Route
+    ``'tridiagonal'``: ``vectors`` holds ``Z^T`` (the eigenvectors of the
+    tridiagonal ``T`` as rows), ``reflectors`` and ``tau`` describe ``Q``.
+    """
+
+    route: str
+    values: Tensor
+    vectors: Tensor
+    reflectors: Optional[Tensor] = None
+    tau: Optional[Tensor] = None
+
+
+def spectral_values(a: Tensor, route: str) -> Tuple[Tensor, SpectralFactors]:
+    """Eigenvalues of ``a`` (``(..., m, m)``, lower triangle read) and the
+    factors of route ``route`` with ``values`` still unset (the eigenvalues).
+
+    Under ``torch.compile`` the decomposition runs as the operator
+    ``mmsoft::spectral_decompose``, which keeps the work split.
+
+    Args:
+        a (Tensor): Symmetric matrices.
+        route (str): One of :data:`SPECTRAL_ROUTES`.
+
+    Returns:
+        tuple[Tensor, SpectralFactors]: Eigenvalues ``(B, m)`` in ascending
+        order and the factors of the flattened batch.
+    """
+    if route not in SPECTRAL_ROUTES:
+        raise ValueError(f'Unknown spectral route {route!r}; use one of '
+                         f'{SPECTRAL_ROUTES}.')
+    if route == 'tridiagonal' and a.device.type != 'cpu':
+        raise ValueError(f"The 'tridiagonal' route runs on CPU, got {a.device}.")
+    m = a.shape[-1]
+    a3 = a.detach().reshape(-1, m, m)
+    decompose = torch.ops.mmsoft.spectral_decompose if compiling() else _decompose
+    values, vectors, reflectors, tau = decompose(a3, route)
+    if route == 'eigh':
+        return values, SpectralFactors(route, values, vectors)
+    return values, SpectralFactors(route, values, vectors, reflectors, tau)
+
+
+def _decompose(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(eigenvalues, vectors, reflectors, tau)`` of a batch ``(B, m, m)``;
+    the last two are empty for ``'eigh'``."""
+    if route == 'eigh':
+        values, vectors = parallel_eigh(a3)
+        return values, vectors, a3.new_empty(0), a3.new_empty(0)
+    batch, m = a3.shape[:2]
+    reflectors = torch.empty_like(a3, memory_format=torch.contiguous_format)
+    vectors = torch.empty_like(reflectors)
+    values = a3.new_empty(batch, m)
+    tau = a3.new_zeros(batch, max(m - 1, 0))
+
+    def solve(indices: List[int]) -> None:
+        with lapack.blas_threads(torch.get_num_threads()):
+            for i in indices:
+                _, diag, off, tau_i = lapack.tridiagonalize(a3[i], out=reflectors[i])
+                values[i], _ = lapack.tridiagonal_eigh(diag, off, out=vectors[i])
+                tau[i] = tau_i
+
+    _map_over_batch(solve, batch, a3)
+    return values, vectors, reflectors, tau
+
+
+def spectral_apply(factors: SpectralFactors, rhs: Tensor) -> Tensor:
+    """``V_T @ rhs`` from :class:`SpectralFactors` (under ``torch.compile``
+    the operator ``mmsoft::spectral_apply``).
+
+    Args:
+        factors (SpectralFactors): Of a batch of ``B`` matrices.
+        rhs (Tensor): ``(..., m, k)`` with ``B`` matrices in its leading
+            dimensions.
+
+    Returns:
+        Tensor: Same shape as ``rhs``.
+    """
+    shape = rhs.shape
+    rhs3 = rhs.reshape(-1, *shape[-2:])
+    empty = rhs.new_empty(0)
+    reflectors = empty if factors.reflectors is None else factors.reflectors
+    tau = empty if factors.tau is None else factors.tau
+    apply = torch.ops.mmsoft.spectral_apply if compiling() else _apply
+    out = apply(factors.values, factors.vectors, reflectors, tau, rhs3, factors.route)
+    return out.reshape(shape)
+
+
+def _apply(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
+           rhs3: Tensor, route: str) -> Tensor:
+    """:func:`spectral_apply` on a batch ``rhs3`` ``(B, m, k)``."""
+    values = values.to(rhs3.dtype)
+    if route == 'eigh':
+        u = vectors.to(rhs3.dtype)
+        return u @ (values.unsqueeze(-1) * (u.transpose(-2, -1) @ rhs3))
+    out_t = rhs3.transpose(-2, -1).contiguous()  # (B, k, m): column-major (m, k)
+
+    def apply(indices: List[int]) -> None:
+        with lapack.blas_threads(torch.get_num_threads()):
+            for i in indices:
+                y = lapack.apply_q(reflectors[i], tau[i], out_t[i], True)
+                w = torch.mm(vectors[i], y.t()).mul_(values[i].unsqueeze(-1))
+                torch.mm(w.t(), vectors[i], out=y)
+                lapack.apply_q(reflectors[i], tau[i], y, False)
+
+    _map_over_batch(apply, rhs3.shape[0], rhs3)
+    return out_t.transpose(-2, -1)
+
+
+@torch.library.custom_op('mmsoft::spectral_decompose', mutates_args=())
+def _decompose_op(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _decompose(a3, route)
+
+
+@_decompose_op.register_fake
+def _(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    batch, m = a3.shape[:2]
+    if route == 'eigh':
+        reflectors, tau = a3.new_empty(0), a3.new_empty(0)
+    else:
+        reflectors, tau = a3.new_empty(batch, m, m), a3.new_empty(batch, max(m - 1, 0))
+    return a3.new_empty(batch, m), a3.new_empty(batch, m, m), reflectors, tau
+
+
+@torch.library.custom_op('mmsoft::spectral_apply', mutates_args=())
+def _apply_op(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
+              rhs3: Tensor, route: str) -> Tensor:
+    return _apply(values, vectors, reflectors, tau, rhs3, route).contiguous()
+
+
+@_apply_op.register_fake
+def _(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
+      rhs3: Tensor, route: str) -> Tensor:
+    return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
+
+
+def _map_over_batch(fn, batch: int, like: Tensor) -> None:
+    """``fn(indices)`` over one contiguous part of ``range(batch)`` per worker."""
+    parts = [p.tolist() for p in torch.arange(batch).tensor_split(split_workers(like))
+             if len(p)]
+    if len(parts) <= 1:
+        with torch.no_grad():
+            fn(list(range(batch)))
+        return
+    map_single_threaded(fn, parts)
