@@ -108,10 +108,13 @@ def backoff_initial_scale(p: Tensor, group: int = 1) -> Tensor:
     if p3.shape[0] % group:
         raise ValueError(f'{p3.shape[0]} matrices do not split into groups of '
                          f'{group}; pass group = the number of heads.')
-    row_max = _max_row_sum(p3)
-    alpha = 2 / row_max.view(-1, group).amax(-1, keepdim=True).pow(2)   # (G, 1)
-    column_sums = (_column_sums_of_square if in_graph() or bool((p3 >= 0).all())
-                   else _column_sums_by_product)(p3)
+    if in_graph() or bool(p3.amin() >= 0):
+        row_sums = p3.sum(-1)                     # also P 1 and the column sums
+        column_sums = _column_sums_of_square(p3, row_sums)
+    else:
+        row_sums = p3.abs().sum(-1)
+        column_sums = _column_sums_by_product(p3)
+    alpha = 2 / row_sums.amax(-1).view(-1, group).amax(-1, keepdim=True).pow(2)
     for _ in range(BACKOFF_HALVINGS):
         scale = alpha.expand(-1, group).reshape(-1, 1)
         worst = column_sums(scale).amax(-1).view(-1, group).amax(-1, keepdim=True)
@@ -119,11 +122,13 @@ def backoff_initial_scale(p: Tensor, group: int = 1) -> Tensor:
     return alpha.expand(-1, group).reshape(*p.shape[:-2], 1, 1)
 
 
-def _column_sums_of_square(p3: Tensor):
-    """Column sums of ``|I - alpha P^2|`` for symmetric ``P >= 0``, as a
-    function of ``alpha`` ``(B, 1)``; see :func:`backoff_initial_scale`."""
-    diag = p3.pow(2).sum(-2)                                   # c_j, (B, m)
-    total = (p3 @ p3.sum(-1, keepdim=True)).squeeze(-1)        # s_j = (P P 1)_j
+def _column_sums_of_square(p3: Tensor, row_sums: Tensor):
+    """Column sums of ``|I - alpha P^2|`` for symmetric ``P >= 0`` with row
+    sums ``row_sums`` (``P 1``), as a function of ``alpha`` ``(B, 1)``; see
+    :func:`backoff_initial_scale`."""
+    # P is symmetric: its rows' norms and (P 1)^T P read memory in order.
+    diag = torch.linalg.vector_norm(p3, dim=-1).pow(2)            # c_j, (B, m)
+    total = (row_sums.unsqueeze(-2) @ p3).squeeze(-2)             # s_j = (P P 1)_j
     off = total - diag
     return lambda alpha: (1 - alpha * diag).abs() + alpha * off
 
@@ -207,14 +212,16 @@ def newton_iterate_eig(a: Tensor, num_iters: int = 20, reg: float = 0.01,
 
 def _newton_factors(a: Tensor, num_iters: int, reg: float, backoff: bool,
                     group: int, route: str) -> SpectralFactors:
-    """:class:`SpectralFactors` of ``V_T`` by ``route``; see :func:`newton_iterate_eig`."""
+    """:class:`SpectralFactors` of ``V_T`` by ``route``; see
+    :func:`newton_iterate_eig`."""
     with torch.no_grad(), region('newton'):
         # Both routes read the lower triangle; a + reg I shifts the eigenvalues.
         eigvals, factors = spectral_values(a, route)
         eigvals = eigvals + reg
         alpha = (backoff_initial_scale(regularised(a, reg), group) if backoff
                  else newton_initial_scale(a))
-        values = newton_scalar_iterate(eigvals, alpha.reshape(-1, 1) * eigvals, num_iters)
+        start = alpha.reshape(-1, 1) * eigvals
+        values = newton_scalar_iterate(eigvals, start, num_iters)
         return factors._replace(values=values)
 
 

@@ -113,7 +113,8 @@ def blas_threads(count: int) -> Iterator[None]:
 def _routine(dtype: torch.dtype, name: str) -> Callable:
     routines = _binding()[0]
     if routines is None:
-        raise RuntimeError(f'LAPACK through SciPy is unavailable: {unavailable_reason()}.')
+        raise RuntimeError('LAPACK through SciPy is unavailable: '
+                           f'{unavailable_reason()}.')
     if dtype not in _PREFIX:
         raise TypeError(f'LAPACK routines take float32 or float64, got {dtype}.')
     return routines[_PREFIX[dtype] + name]
@@ -159,9 +160,11 @@ def tridiagonalize(a: Tensor, out: Optional[Tensor] = None
     """
     n, dtype = a.shape[-1], a.dtype
     sytrd = _routine(dtype, 'sytrd')
-    house = torch.empty_like(a, memory_format=torch.contiguous_format) if out is None else out
+    house = out if out is not None else torch.empty_like(
+        a, memory_format=torch.contiguous_format)
     house.copy_(a.detach())
-    diag, off, tau = (torch.empty(k, dtype=dtype) for k in (n, max(n - 1, 1), max(n - 1, 1)))
+    diag = torch.empty(n, dtype=dtype)
+    off, tau = (torch.empty(max(n - 1, 1), dtype=dtype) for _ in range(2))
     info = ctypes.c_int(0)
 
     def call(work: Tensor, size: int) -> None:
@@ -203,7 +206,8 @@ def tridiagonal_eigh(diag: Tensor, off: Tensor, out: Optional[Tensor] = None
     work, iwork = torch.zeros(1, dtype=dtype), torch.zeros(1, dtype=torch.int32)
     call(work, -1, iwork, -1)
     size, isize = max(1, int(work.item())), max(1, int(iwork.item()))
-    call(torch.empty(size, dtype=dtype), size, torch.empty(isize, dtype=torch.int32), isize)
+    call(torch.empty(size, dtype=dtype), size,
+         torch.empty(isize, dtype=torch.int32), isize)
     _check(info, 'stedc')
     return values, vectors
 

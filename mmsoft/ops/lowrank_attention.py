@@ -122,7 +122,8 @@ def _tiled_lowrank(q: Tensor, k: Tensor, v: Tensor, middle) -> Tensor:
         kernel = gaussian_kernel(q, k)
         return torch.bmm(kernel, middle(torch.bmm(kernel.transpose(-2, -1), v)))
     if compiling():
-        project, expand = torch.ops.mmsoft.kernel_project, torch.ops.mmsoft.kernel_expand
+        project = torch.ops.mmsoft.kernel_project
+        expand = torch.ops.mmsoft.kernel_expand
     else:
         project, expand = kernel_project, kernel_expand
     return expand(q, k, middle(project(q, k, v)))
@@ -134,9 +135,21 @@ def _tile_rows(q: Tensor, k: Tensor) -> int:
     return max(1, tile_elements() // max(1, q.shape[0] * k.shape[-2]))  # batch 0 too
 
 
+LOG2E = 1.4426950408889634
+
+
+def _tile_factors(q: Tensor, k: Tensor) -> Tuple[Tensor, Tensor]:
+    """The augmented queries and, transposed and scaled by ``log2(e)``, the
+    augmented landmarks: their product is the kernel's exponent in base 2, and
+    ``exp2`` takes about half the time of ``exp`` on a CPU."""
+    q_aug, k_aug = augmented_points(q, k)
+    return q_aug, k_aug.transpose(-2, -1) * LOG2E
+
+
 def _kernel_tiles(q_aug: Tensor, k_aug_t: Tensor, span: Tuple[int, int],
                   rows: int) -> Iterator[Tuple[int, int, Tensor]]:
-    """``(start, stop, kernel rows)`` over ``span``, in one reused buffer."""
+    """``(start, stop, kernel rows)`` over ``span``, in one reused buffer,
+    from the factors of :func:`_tile_factors`."""
     batch, m = q_aug.shape[0], k_aug_t.shape[-1]
     lo, hi = span
     buffer = q_aug.new_empty(batch * min(rows, hi - lo) * m)
@@ -144,7 +157,7 @@ def _kernel_tiles(q_aug: Tensor, k_aug_t: Tensor, span: Tuple[int, int],
         stop = min(start + rows, hi)
         kernel = buffer[:batch * (stop - start) * m].view(batch, stop - start, m)
         torch.bmm(q_aug[:, start:stop], k_aug_t, out=kernel)
-        yield start, stop, kernel.clamp_max_(0).exp_()
+        yield start, stop, kernel.clamp_max_(0).exp2_()
 
 
 def _spans(q: Tensor, rows: int) -> List[Tuple[int, int]]:
@@ -170,8 +183,7 @@ def kernel_project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         Tensor: (B, m, dv).
     """
     rows = _tile_rows(q, k)
-    q_aug, k_aug = augmented_points(q, k)
-    k_aug_t = k_aug.transpose(-2, -1)
+    q_aug, k_aug_t = _tile_factors(q, k)
 
     def project(span: Tuple[int, int]) -> Tensor:
         u = q.new_zeros(q.shape[0], k.shape[-2], v.shape[-1])
@@ -197,8 +209,7 @@ def kernel_expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
         Tensor: (B, N, dv).
     """
     rows = _tile_rows(q, k)
-    q_aug, k_aug = augmented_points(q, k)
-    k_aug_t = k_aug.transpose(-2, -1)
+    q_aug, k_aug_t = _tile_factors(q, k)
     out = q.new_empty(q.shape[0], q.shape[1], w.shape[-1])
 
     def expand(span: Tuple[int, int]) -> None:

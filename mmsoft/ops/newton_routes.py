@@ -241,7 +241,8 @@ def measure(m: int, rounds: int = ROUNDS) -> dict:
     for round_ in range(rounds + 1):
         for route, run in timers.items():
             # Alone on a single-threaded worker, as the routes run in a forward.
-            elapsed = map_single_threaded(lambda _: run(), [0], on_worker=True)[0]
+            elapsed = map_single_threaded(lambda _, run=run: run(), [0],
+                                          on_worker=True)[0]
             if round_:
                 times[route].append(elapsed)
     ms = {route: round(statistics.median(t) * 1e3, 2) for route, t in times.items()}

@@ -12,6 +12,8 @@ under two busy processes on two cores (the eigendecompositions alone from
 batch's matrices, a span of the kernel's rows) joins once per piece
 instead, and is as fast when idle.
 """
+import ctypes
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,27 +32,53 @@ _POOL_KEY: Tuple[int, int] = (0, 0)  # (process id, workers) the pool was made f
 _POOL_LOCK = threading.Lock()
 
 
+@functools.lru_cache(maxsize=None)
+def _thread_local_setters() -> Tuple[Callable[[int], int], ...]:
+    """OpenMP's ``omp_set_num_threads`` (a per-thread setting) of the OpenMP
+    runtime torch loaded, and MKL's ``MKL_Set_Num_Threads_Local`` where torch
+    carries MKL; empty where no OpenMP runtime is found."""
+    try:
+        with open('/proc/self/maps') as maps:
+            paths = {line.split()[-1] for line in maps if '.so' in line}
+    except OSError:
+        return ()
+    setters = []
+    for pattern, name, restype in (('libgomp', 'omp_set_num_threads', None),
+                                   ('libiomp', 'omp_set_num_threads', None),
+                                   ('libtorch_cpu', 'MKL_Set_Num_Threads_Local',
+                                    ctypes.c_int)):
+        for path in sorted(p for p in paths if pattern in os.path.basename(p)):
+            function = getattr(ctypes.CDLL(path), name, None)
+            if function is not None:
+                function.restype, function.argtypes = restype, [ctypes.c_int]
+                setters.append(function)
+                break
+    has_openmp = any(s.__name__ == 'omp_set_num_threads' for s in setters)
+    return tuple(setters) if has_openmp else ()
+
+
 def _one_thread() -> None:
     """A worker's initializer: torch (OpenMP, MKL) runs one thread here.
 
     torch reads its thread count for a thread at the thread's first parallel
-    operation (from the process default); that happens first, so the
-    setting made after it stays.
+    operation, from the process default; that happens first. Then the
+    worker's own OpenMP (and MKL) setting is lowered to one thread, which no
+    other thread sees. Where no OpenMP runtime can be reached,
+    ``torch.set_num_threads(1)`` does it, which also lowers the process
+    default until :func:`_pool` puts it back.
     """
     torch.get_num_threads()
-    torch.set_num_threads(1)
+    for setter in _thread_local_setters():
+        setter(1)
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
     """The shared pool of at least ``workers`` single-threaded workers, made on
     first use, again after a fork and when more workers are asked for (never
-    to fewer: calls with fewer pieces reuse it).
-
-    ``torch.set_num_threads(1)`` in a worker also sets the count that threads
-    which never ran a parallel torch operation start with; once the workers
-    exist, the calling thread's count is set again, which puts that default
-    back and changes nothing else.
-    """
+    to fewer: calls with fewer pieces reuse it). Every worker is started (and
+    set to one thread) before the pool is used."""
     global _POOL, _POOL_KEY
     pid = os.getpid()
     with _POOL_LOCK:
@@ -65,7 +93,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
             for _ in range(workers):  # start every worker now, each once
                 _POOL.submit(started.wait)
             started.wait()
-            torch.set_num_threads(threads)
+            if not _thread_local_setters():
+                torch.set_num_threads(threads)  # the process default, as it was
             _POOL_KEY = (pid, workers)
         return _POOL
 

@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-import mmsoft.ops.lowrank_attention as soft_attention_ops
 from mmsoft.ops import (
     InverseCfg,
     bottleneck_inverse,

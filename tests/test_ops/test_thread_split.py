@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import mmsoft.ops.lowrank_attention as lowrank_ops
 from mmsoft.ops import (
     InverseCfg,
     newton_iterate,
