@@ -1,5 +1,8 @@
 """Evaluate a checkpoint on a config's test set (mmpretrain, mmdet or mmseg).
 
+A checkpoint whose weights do not fit the config's model (missing, unexpected
+or of other shapes) is an error naming the keys, unless --allow-partial-load.
+
 Examples:
     python tools/test.py configs/soft_tiny_imagenet.py work_dirs/epoch_300.pth
     tools/dist_test.sh configs/soft_tiny_imagenet.py soft_tiny.pth 8
@@ -18,6 +21,7 @@ from mmsoft.apis import (
     prepare_config,
     stop_with_launcher,
 )
+from mmsoft.engine import CheckpointFitHook
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,6 +33,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--amp', action='store_true',
                         help='evaluate under autocast (float16 on CUDA, bfloat16 '
                         'on CPU)')
+    parser.add_argument('--allow-partial-load', action='store_true',
+                        help='evaluate even when some weights of CHECKPOINT do not '
+                        'fit the model (they are listed in a warning and keep '
+                        'their initial values); without it that is an error')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -49,7 +57,10 @@ def main(argv=None) -> dict:
         cfg.test_cfg = {**(cfg.get('test_cfg') or {}), 'fp16': True}
     prepare_config(cfg)
     init_cpu_distributed(args.launcher)
-    return Runner.from_cfg(cfg).test()
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(CheckpointFitHook(args.checkpoint,
+                                           allow_partial=args.allow_partial_load))
+    return runner.test()
 
 
 if __name__ == '__main__':

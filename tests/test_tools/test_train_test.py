@@ -148,3 +148,41 @@ def test_amp_trains_and_evaluates_in_reduced_precision(config, tmp_path):
                               '--work-dir', str(tmp_path / 'test')])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
     assert Config.fromfile(tmp_path / 'test' / config.name).test_cfg.fp16 is True
+
+
+def other_model_checkpoint(config, path: Path) -> Path:
+    """The config's weights with one missing, one extra and a wider head."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    state = MODELS.build(Config.fromfile(config).model).state_dict()
+    del state['backbone.stages.0.pos_embed']
+    state['neck.fc.weight'] = torch.zeros(3)
+    state['head.fc.weight'] = torch.zeros(1000, state['head.fc.weight'].shape[1])
+    torch.save(dict(state_dict=state, optimizer=dict(state={}, param_groups=[])), path)
+    return path
+
+
+def test_test_refuses_weights_that_do_not_fit_unless_told(config, tmp_path):
+    other = other_model_checkpoint(config, tmp_path / 'retinanet.pth')
+    with pytest.raises(ValueError, match=(
+            rf'Checkpoint {other} does not fit the model ImageClassifier of '
+            rf'{config}: weights 1 missing \(backbone.stages.0.pos_embed\), 1 '
+            r'unexpected \(neck.fc.weight\), 1 of other shapes \(head.fc.weight: '
+            r'checkpoint \(1000, 512\) vs model \(10, 512\)\).*--allow-partial-load')):
+        test_tool.main([str(config), str(other), '--work-dir', str(tmp_path / 'test')])
+    metrics = test_tool.main([str(config), str(other), '--allow-partial-load',
+                              '--work-dir', str(tmp_path / 'partial')])
+    assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+    assert '--allow-partial-load: evaluating ImageClassifier' in log_text(
+        tmp_path / 'partial')
+
+
+def test_resume_from_another_models_checkpoint_says_what_to_do(config, tmp_path):
+    other = other_model_checkpoint(config, tmp_path / 'retinanet.pth')
+    with pytest.raises(ValueError, match=(
+            rf'Cannot resume from {other}: it is a checkpoint of another model than '
+            rf'ImageClassifier of {config} .*--cfg-options load_from={other} '
+            r'without --resume')):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / 'work'),
+                         '--resume', str(other)])

@@ -5,7 +5,7 @@ Also the one place that picks the weights out of a checkpoint file
 ``tools/model_converters/soft2mmsoft.py`` alike.
 """
 from collections import OrderedDict
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -105,6 +105,67 @@ def extract_state_dict(checkpoint: Any, ema: bool = False,
     return strip_prefix(_as_tensors(weights, source), 'module.')
 
 
+def shape_mismatches(own: Mapping[str, Tensor],
+                     state: Mapping[str, Any]) -> Dict[str, str]:
+    """Keys in both whose checkpoint value does not fit the model's tensor.
+
+    Args:
+        own (Mapping[str, Tensor]): The model's state dict.
+        state (Mapping[str, Any]): The checkpoint's weights.
+
+    Returns:
+        dict[str, str]: Key to ``'<key>: checkpoint (shape) vs model (shape)'``.
+    """
+    found = {}
+    for key in own:
+        if key not in state:
+            continue
+        value = state[key]
+        if not isinstance(value, Tensor):
+            found[key] = (f'{key}: checkpoint {type(value).__name__} vs model '
+                          f'{tuple(own[key].shape)}')
+        elif value.shape != own[key].shape:
+            found[key] = (f'{key}: checkpoint {tuple(value.shape)} vs model '
+                          f'{tuple(own[key].shape)}')
+    return found
+
+
+def load_fitting_weights(model: nn.Module, state_dict: Mapping[str, Any]
+                         ) -> Tuple[List[str], List[str], List[str]]:
+    """Load the weights that fit ``model``, and say which did not.
+
+    Unlike :func:`load_pretrained`, this serves any model and takes the
+    weights as mmengine's loaders do: the model's own key migrations
+    (``_load_from_state_dict``, by the version in the state dict's
+    ``_metadata``) run, and ``num_batches_tracked`` counters may be absent.
+
+    Args:
+        model (nn.Module): The model (not wrapped in DDP).
+        state_dict (Mapping[str, Any]): Its weights, keys without prefix.
+
+    Returns:
+        tuple[list[str], list[str], list[str]]: Keys of the model the
+        weights lack, keys the model has no place for, and
+        ``'<key>: checkpoint (shape) vs model (shape)'`` for the weights of
+        another shape (not loaded).
+
+    Examples:
+        >>> import torch.nn as nn
+        >>> weights = dict(weight=torch.zeros(2, 3), extra=torch.ones(1))
+        >>> load_fitting_weights(nn.Linear(3, 2), weights)
+        (['bias'], ['extra'], [])
+    """
+    mismatched = shape_mismatches(model.state_dict(), state_dict)
+    fitting = OrderedDict((k, v) for k, v in state_dict.items() if k not in mismatched)
+    metadata = getattr(state_dict, '_metadata', None)
+    if metadata is not None:
+        fitting._metadata = metadata
+    result = model.load_state_dict(fitting, strict=False)
+    missing = [k for k in result.missing_keys
+               if k not in mismatched and not k.endswith('num_batches_tracked')]
+    return missing, list(result.unexpected_keys), list(mismatched.values())
+
+
 def _extra_weights(own: Mapping[str, Tensor], unexpected: List[str]) -> List[str]:
     """Leftover keys inside a part the model has: blocks of a deeper arch.
 
@@ -194,9 +255,7 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
     if missing:
         raise KeyError(f'{filename} lacks {len(missing)} weights of '
                        f'{type(model).__name__}: {missing}.')
-    mismatched = [f'{k}: checkpoint {tuple(state[k].shape)} vs model '
-                  f'{tuple(own[k].shape)}' for k in matched
-                  if state[k].shape != own[k].shape]
+    mismatched = list(shape_mismatches(own, state).values())
     if mismatched:
         raise ValueError(f'Shapes of {filename} do not fit the model (is the arch '
                          f'the same?): ' + '; '.join(mismatched))
