@@ -21,7 +21,7 @@ from mmsoft.apis import (
     prepare_config,
     stop_with_launcher,
 )
-from mmsoft.engine import CheckpointFitHook
+from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,6 +58,7 @@ def main(argv=None) -> dict:
     prepare_config(cfg)
     init_cpu_distributed(args.launcher)
     runner = Runner.from_cfg(cfg)
+    runner.register_hook(CollectInWorkDirHook())
     runner.register_hook(CheckpointFitHook(args.checkpoint,
                                            allow_partial=args.allow_partial_load))
     return runner.test()

@@ -22,7 +22,7 @@ from mmsoft.apis import (
     prepare_config,
     stop_with_launcher,
 )
-from mmsoft.engine import CheckpointFitHook
+from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook
 from mmsoft.engine.atomic_local_backend import is_temporary, remove_stale_temporaries
 
 
@@ -81,6 +81,7 @@ def main(argv=None) -> Runner:
         prepare_config(cfg, amp=args.amp)
         init_cpu_distributed(args.launcher)
         runner = Runner.from_cfg(cfg)
+        runner.register_hook(CollectInWorkDirHook())
         if args.resume:
             checkpoint = None if args.resume == 'auto' else args.resume
             runner.register_hook(CheckpointFitHook(checkpoint, purpose='resume'))
