@@ -15,13 +15,15 @@ from mmengine.runner import Runner
 
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
 from mmsoft.apis import (
+    check_annotation_files,
     finish_distributed,
+    global_rank,
     init_cpu_distributed,
     load_config,
     prepare_config,
     stop_with_launcher,
 )
-from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook
+from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook, SegLabelCheckHook
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,10 +57,13 @@ def main(argv=None) -> dict:
     cfg.load_from = args.checkpoint
     if args.amp:
         cfg.test_cfg = {**(cfg.get('test_cfg') or {}), 'fp16': True}
+    if global_rank() == 0:
+        check_annotation_files(cfg, loops=('test', ))
     prepare_config(cfg)
     init_cpu_distributed(args.launcher)
     runner = Runner.from_cfg(cfg)
     runner.register_hook(CollectInWorkDirHook())
+    runner.register_hook(SegLabelCheckHook())
     runner.register_hook(CheckpointFitHook(args.checkpoint,
                                            allow_partial=args.allow_partial_load))
     return runner.test()

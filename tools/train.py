@@ -15,6 +15,7 @@ from mmengine.runner import Runner
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
 from mmsoft.apis import (
     WorkDirLock,
+    check_annotation_files,
     finish_distributed,
     global_rank,
     init_cpu_distributed,
@@ -22,7 +23,7 @@ from mmsoft.apis import (
     prepare_config,
     stop_with_launcher,
 )
-from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook
+from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook, SegLabelCheckHook
 from mmsoft.engine.atomic_local_backend import is_temporary, remove_stale_temporaries
 
 
@@ -71,6 +72,9 @@ def main(argv=None) -> Runner:
         cfg.resume, cfg.load_from = True, args.resume
     if args.auto_scale_lr:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
+    if global_rank() == 0:
+        check_annotation_files(
+            cfg, loops=('train', 'val') if cfg.get('val_cfg') else ('train', ))
     lock = WorkDirLock(cfg.work_dir) if global_rank() == 0 else None
     if lock:
         lock.acquire()
@@ -82,6 +86,7 @@ def main(argv=None) -> Runner:
         init_cpu_distributed(args.launcher)
         runner = Runner.from_cfg(cfg)
         runner.register_hook(CollectInWorkDirHook())
+        runner.register_hook(SegLabelCheckHook())
         if args.resume:
             checkpoint = None if args.resume == 'auto' else args.resume
             runner.register_hook(CheckpointFitHook(checkpoint, purpose='resume'))

@@ -186,3 +186,47 @@ def test_resume_from_another_models_checkpoint_says_what_to_do(config, tmp_path)
             r'without --resume')):
         train_tool.main([str(config), '--work-dir', str(tmp_path / 'work'),
                          '--resume', str(other)])
+
+
+def test_a_truncated_coco_file_is_named_before_the_run(tmp_path):
+    from helpers.tiny_datasets import make_coco
+    root = make_coco(tmp_path / 'coco')
+    path = root / 'annotations' / 'instances_train2017.json'
+    path.write_text(path.read_text()[:500])
+    config = tmp_path / 'retinanet.py'
+    config.write_text(f"""_base_ = ['{REPO / 'configs' / 'retinanet_softnorm-tiny_fpn_1x_coco.py'}']
+train_dataloader = dict(dataset=dict(data_root='{root}/'))
+""")
+    with pytest.raises(ValueError, match=rf'Annotation file {path} is not valid JSON'):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / 'work')])
+    assert not (tmp_path / 'work').exists()
+
+
+def test_a_label_outside_the_classes_names_the_file_and_values(tmp_path):
+    import numpy as np
+    from PIL import Image
+    root = tmp_path / 'scenes'
+    for split in ('train', 'val'):
+        for i in range(2):
+            (root / 'img_dir' / split).mkdir(parents=True, exist_ok=True)
+            (root / 'ann_dir' / split).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((96, 96, 3), 40 * i, np.uint8)).save(
+                root / 'img_dir' / split / f'{i}.png')
+            labels = np.zeros((96, 96), np.uint8)
+            labels[10:30, 10:30] = 3
+            labels[50:60, 50:60] = 200 if i == 1 else 255   # 11 classes, ignore 255
+            Image.fromarray(labels).save(root / 'ann_dir' / split / f'{i}.png')
+    config = tmp_path / 'upernet.py'
+    config.write_text(f"""_base_ = ['{REPO / 'configs' / 'upernet_softnorm-tiny_96x96_10e_digit-scenes.py'}']
+data_root = '{root}'
+model = dict(backbone=dict(init_cfg=None))
+train_dataloader = dict(batch_size=2, sampler=dict(shuffle=False),
+                        dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+train_cfg = dict(max_epochs=1)
+""")
+    with pytest.raises(ValueError, match=(
+            rf'Label map {root}/ann_dir/train/1.png holds values \[200\] that are '
+            r'neither one of the 11 classes 0 to 10 nor the ignore index 255')):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / 'work')])
