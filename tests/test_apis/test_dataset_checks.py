@@ -1,25 +1,15 @@
 """Annotation files are read once before a run: broken JSON named, dropped boxes counted."""
 import json
-import logging
 from pathlib import Path
 
 import pytest
+from helpers.logs import logged_messages
 from helpers.tiny_datasets import make_coco
 from mmengine.config import Config
-from mmengine.logging import MMLogger
 
 from mmsoft.apis import check_annotation_files
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
 
 
 def coco_config(root: Path) -> Config:
@@ -39,15 +29,10 @@ def test_boxes_mmdet_drops_are_counted_and_reported_once(tmp_path):
     content = json.loads(path.read_text())
     content['annotations'][1]['bbox'] = [60, 40, -50, 45]   # a negative width
     path.write_text(json.dumps(content))
-    records = _Records()
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(records)
-    try:
+    with logged_messages() as messages:
         counts = check_annotation_files(coco_config(root))
-    finally:
-        logger.removeHandler(records)
     assert counts == {str(path): 1, str(path).replace('train', 'val'): 0}
-    warned = [m for m in records.messages if 'left out' in m]
+    warned = [m for m in messages if 'left out' in m]
     assert len(warned) == 1
     assert warned[0].startswith(f'{path}: 1 of 4 boxes have no area inside their '
                                 'image') and 'annotation id 2 of image id 1' in warned[0]

@@ -1,6 +1,5 @@
 """Released checkpoints convert to mmsoft and give the released model's logits."""
 import importlib.util
-import logging
 import os
 import subprocess
 import sys
@@ -8,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.logs import logged_messages
 from helpers.official_soft import official_forward, official_state_dict
 from mmengine.config import Config
-from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
@@ -274,15 +273,6 @@ def test_inputs_that_are_not_soft_checkpoints_stop_the_tool(tmp_path, payload,
     assert not dst.exists()
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def config_model(name):
     """The classifier of a config in ``configs/``, as tools/test.py builds it."""
     init_default_scope('mmpretrain')
@@ -302,17 +292,12 @@ def test_newton_flag_is_carried_by_the_checkpoint(released, tmp_path, config,
     assert torch.load(out, weights_only=True)['meta']['newton'] == newton
     model = config_model(config)
     assert model.backbone.newton == 'ridge'     # from scratch: ridge
-    records = _Records()
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(records)
-    try:
+    with logged_messages() as messages:
         load_checkpoint(model, str(out), map_location='cpu', strict=True)
-    finally:
-        logger.removeHandler(records)
     assert model.backbone.newton == newton
     if newton == 'backoff':
         assert any("Newton inverse 'backoff' taken from the checkpoint" in m
-                   for m in records.messages), records.messages
+                   for m in messages), messages
     # In float64, so that the two inverses (4e-5 apart here) are told apart.
     img = torch.randn(1, 3, 128, 160, dtype=torch.float64)
     weights = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
