@@ -32,7 +32,10 @@ class CheckpointFitHook(Hook):
     (``tools/test.py`` and ``tools/train.py --resume`` do). When the
     checkpoint has weights the model lacks, lacks weights the model has, or
     has weights of other shapes, it raises an error naming the checkpoint,
-    the config's model and the keys, and saying what to do.
+    the config's model and the keys, and saying what to do. To know what
+    fits after the model's own key migrations, it loads the weights that fit
+    (:func:`mmsoft.models.utils.load_fitting_weights`); mmengine's load that
+    follows writes the same values again.
 
     Args:
         checkpoint (str, optional): The checkpoint's path, for messages; None
