@@ -1,5 +1,8 @@
 """Evaluate a checkpoint on a config's test set (mmpretrain, mmdet or mmseg).
 
+A checkpoint whose weights do not fit the config's model (missing, unexpected
+or of other shapes) is an error naming the keys, unless --allow-partial-load.
+
 Examples:
     python tools/test.py configs/soft_tiny_imagenet.py work_dirs/epoch_300.pth
     tools/dist_test.sh configs/soft_tiny_imagenet.py soft_tiny.pth 8
@@ -12,12 +15,15 @@ from mmengine.runner import Runner
 
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
 from mmsoft.apis import (
+    check_annotation_files,
     finish_distributed,
+    global_rank,
     init_cpu_distributed,
     load_config,
     prepare_config,
     stop_with_launcher,
 )
+from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook, SegLabelCheckHook
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,6 +35,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--amp', action='store_true',
                         help='evaluate under autocast (float16 on CUDA, bfloat16 '
                         'on CPU)')
+    parser.add_argument('--allow-partial-load', action='store_true',
+                        help='evaluate even when some weights of CHECKPOINT do not '
+                        'fit the model (they are listed in a warning and keep '
+                        'their initial values); without it that is an error')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -47,9 +57,16 @@ def main(argv=None) -> dict:
     cfg.load_from = args.checkpoint
     if args.amp:
         cfg.test_cfg = {**(cfg.get('test_cfg') or {}), 'fp16': True}
+    if global_rank() == 0:
+        check_annotation_files(cfg, loops=('test', ))
     prepare_config(cfg)
     init_cpu_distributed(args.launcher)
-    return Runner.from_cfg(cfg).test()
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(CollectInWorkDirHook())
+    runner.register_hook(SegLabelCheckHook())
+    runner.register_hook(CheckpointFitHook(args.checkpoint,
+                                           allow_partial=args.allow_partial_load))
+    return runner.test()
 
 
 if __name__ == '__main__':

@@ -15,6 +15,7 @@ from mmengine.runner import Runner
 import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
 from mmsoft.apis import (
     WorkDirLock,
+    check_annotation_files,
     finish_distributed,
     global_rank,
     init_cpu_distributed,
@@ -22,6 +23,7 @@ from mmsoft.apis import (
     prepare_config,
     stop_with_launcher,
 )
+from mmsoft.engine import CheckpointFitHook, CollectInWorkDirHook, SegLabelCheckHook
 from mmsoft.engine.atomic_local_backend import is_temporary, remove_stale_temporaries
 
 
@@ -32,8 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--work-dir', help='where logs and checkpoints go '
                         '(default: work_dirs/<config name>)')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
-                        help='resume from a checkpoint; without a path, from the '
-                        'latest one in the work dir')
+                        help='resume from a checkpoint of this config; without a '
+                        'path, from the latest one in the work dir (to start '
+                        'from the weights of another model, set load_from)')
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision (float16 on CUDA, bfloat16 on CPU)')
     parser.add_argument('--auto-scale-lr', action='store_true',
@@ -69,6 +72,9 @@ def main(argv=None) -> Runner:
         cfg.resume, cfg.load_from = True, args.resume
     if args.auto_scale_lr:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
+    if global_rank() == 0:
+        check_annotation_files(
+            cfg, loops=('train', 'val') if cfg.get('val_cfg') else ('train', ))
     lock = WorkDirLock(cfg.work_dir) if global_rank() == 0 else None
     if lock:
         lock.acquire()
@@ -79,6 +85,11 @@ def main(argv=None) -> Runner:
         prepare_config(cfg, amp=args.amp)
         init_cpu_distributed(args.launcher)
         runner = Runner.from_cfg(cfg)
+        runner.register_hook(CollectInWorkDirHook())
+        runner.register_hook(SegLabelCheckHook())
+        if args.resume:
+            checkpoint = None if args.resume == 'auto' else args.resume
+            runner.register_hook(CheckpointFitHook(checkpoint, purpose='resume'))
         runner.train()
     finally:
         if lock:

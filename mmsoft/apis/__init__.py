@@ -1,4 +1,5 @@
 """Helpers for the training and test entry points."""
+from .dataset_checks import check_annotation_files
 from .launch import (
     finish_distributed,
     global_rank,
@@ -9,6 +10,6 @@ from .launch import (
 )
 from .work_dir_lock import WorkDirLock
 
-__all__ = ['load_config', 'prepare_config', 'init_cpu_distributed',
-           'finish_distributed', 'stop_with_launcher', 'global_rank',
-           'WorkDirLock']
+__all__ = ['check_annotation_files', 'load_config', 'prepare_config',
+           'init_cpu_distributed', 'finish_distributed', 'stop_with_launcher',
+           'global_rank', 'WorkDirLock']

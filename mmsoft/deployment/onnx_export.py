@@ -17,9 +17,7 @@ the head, with no post-processing:
 While exporting, SOFT takes its graph-friendly path
 (:func:`mmsoft.ops.exporting`): the same function for every input size.
 """
-import os
 import os.path as osp
-import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -28,6 +26,7 @@ import torch.nn as nn
 from mmengine.config import Config
 from torch import Tensor
 
+from mmsoft.engine.atomic_local_backend import atomic_output
 from mmsoft.models.attention.soft_attention import SOFTAttention
 from mmsoft.models.backbones.soft import MIN_INPUT_SIZE, SOFT, _half
 
@@ -272,7 +271,9 @@ def export_module(module: nn.Module, images: Tensor, out: str,
                   dynamic_shapes: Optional[tuple] = None, opset: int = 18) -> str:
     """``torch.export`` a module of one image input, then write it as ONNX.
 
-    The file appears only once complete (written aside, then renamed).
+    The file appears only once complete (written aside, then renamed), with
+    the mode a plain ``open()`` gives (``0o666`` less the umask), as
+    checkpoints.
 
     Args:
         module (nn.Module): Maps images to a tensor or a tuple of tensors.
@@ -303,16 +304,8 @@ def export_module(module: nn.Module, images: Tensor, out: str,
         onnx_program = torch.onnx.export(
             program, (images, ), dynamo=True, opset_version=opset,
             input_names=['images'], output_names=output_names, verbose=False)
-    folder = osp.dirname(osp.abspath(out))
-    os.makedirs(folder, exist_ok=True)
-    handle, partial = tempfile.mkstemp(suffix='.onnx.part', dir=folder)
-    os.close(handle)
-    try:
+    with atomic_output(out) as partial:
         onnx_program.save(partial, external_data=False)
-        os.replace(partial, out)
-    finally:
-        if osp.exists(partial):
-            os.remove(partial)
     return out
 
 

@@ -8,14 +8,16 @@ runs after every save (and when a run resumes), so they never pile up.
 Whether ``import mmsoft`` makes mmengine write local files this way is
 decided in :mod:`mmsoft.process_patches`.
 """
+import contextlib
 import os
 import os.path as osp
 import re
 import secrets
+import shutil
 import socket
 import time
 from pathlib import Path
-from typing import List, Union
+from typing import Iterator, List, Union
 
 import mmengine
 from mmengine.fileio.backends import LocalBackend
@@ -77,7 +79,8 @@ def _is_stale(folder: str, name: str) -> bool:
 def remove_stale_temporaries(folder: Union[str, Path]) -> List[str]:
     """Delete temporaries of atomic writes in ``folder`` whose writer is gone.
 
-    A temporary is stale when the process that wrote it (same host, pid in
+    A temporary (a file, or a folder such as the result parts of a
+    distributed evaluation) is stale when the process that wrote it (same host, pid in
     its name) no longer runs, or, for the unnamed temporaries of older
     versions, when it has not changed for an hour. Files of any other name,
     and temporaries of running writers or of other hosts, are left alone.
@@ -96,11 +99,53 @@ def remove_stale_temporaries(folder: Union[str, Path]) -> List[str]:
         if _is_stale(folder, name):
             path = osp.join(folder, name)
             try:
-                os.remove(path)
+                if osp.isdir(path) and not osp.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
             except FileNotFoundError:
                 continue
             removed.append(path)
     return removed
+
+
+@contextlib.contextmanager
+def atomic_output(filepath: Union[str, Path]) -> Iterator[str]:
+    """A temporary path to write ``filepath`` through; renamed into place at the end.
+
+    The block writes a new file at the path it is given (its mode is then a
+    plain ``open()``'s, ``0o666`` less the umask). When the block ends
+    without an error the file replaces ``filepath``; otherwise it is removed
+    and ``filepath`` is left as it was. Stale temporaries of earlier killed
+    writes in the folder are removed afterwards.
+
+    Args:
+        filepath (str | Path): The file to write.
+
+    Yields:
+        str: The temporary path (hidden, in the same folder).
+
+    Examples:
+        >>> import os.path as osp
+        >>> import tempfile
+        >>> from mmsoft.engine.atomic_local_backend import atomic_output
+        >>> path = osp.join(tempfile.mkdtemp(), 'model.onnx')
+        >>> with atomic_output(path) as partial:
+        ...     _ = open(partial, 'w').write('graph')
+        >>> open(path).read()
+        'graph'
+    """
+    folder = osp.dirname(osp.abspath(filepath))
+    mmengine.mkdir_or_exist(folder)
+    tmp = temporary_name(filepath)
+    try:
+        yield tmp
+        os.replace(tmp, filepath)
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise
+    remove_stale_temporaries(folder)
 
 
 class AtomicLocalBackend(LocalBackend):
@@ -133,19 +178,10 @@ class AtomicLocalBackend(LocalBackend):
 
     @staticmethod
     def _atomic_write(data: bytes, filepath: Union[str, Path]) -> None:
-        folder = osp.dirname(osp.abspath(filepath))
-        mmengine.mkdir_or_exist(folder)
-        tmp = temporary_name(filepath)
-        # 0o666 through os.open: the kernel applies the umask, as for open().
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
+        with atomic_output(filepath) as tmp:
+            # 0o666 through os.open: the kernel applies the umask, as for open().
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, 'wb') as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, filepath)
-        except BaseException:
-            if osp.exists(tmp):
-                os.remove(tmp)
-            raise
-        remove_stale_temporaries(folder)

@@ -23,6 +23,8 @@ through :func:`load_local_checkpoint` is decided in
 import contextlib
 import os.path as osp
 import pickle
+import re
+import zipfile
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -94,11 +96,80 @@ def _allow_list(extra: Sequence = ()) -> contextlib.AbstractContextManager:
     return torch.serialization.safe_globals(missing)
 
 
-def _refused_for_code(err: Exception) -> bool:
-    """Whether a weights-only refusal is about a disallowed object, not garbage."""
+# torch's wordings for a weights-only refusal of what a pickle would build or
+# call, from torch 2.1 on: a global that is not allowed ("Unsupported class"
+# up to 2.3, "Unsupported global: GLOBAL ..." from 2.4), a global of a blocked
+# module ("Trying to load unsupported GLOBAL posix.system whose module posix
+# is blocked", from 2.5), a call or construction of something not allowed, and
+# mmsoft's own getattr stand-in.
+_CODE_REFUSAL = re.compile(
+    r'Unsupported (?:class|global)\b'
+    r'|unsupported GLOBAL \S+ whose module \S+ is blocked'
+    r'|Trying to (?:instantiate unsupported class|call reduce for unrecognized '
+    r'function)'
+    r'|Can only (?:create new object|build) '
+    r'|Refusing getattr')
+# A pickle instruction the weights-only unpickler does not read (pickle
+# protocol 3 or later, or a pickler other than torch.save's).
+_UNREAD_INSTRUCTION = re.compile(r'Unsupported operand \d+')
+# torch's advice around a refusal: to load unsafely, or to allow the global.
+_ADVICE = re.compile(r'weights.only|Please use `torch\.serialization|trusted source|'
+                     r'file an issue|Check the documentation', re.I)
+
+
+def _refusal(err: Exception) -> Optional[str]:
+    """What a weights-only refusal refused, or None when it is not one.
+
+    Args:
+        err (Exception): What ``torch.load(..., weights_only=True)`` raised on
+            a file in a torch checkpoint's format.
+
+    Returns:
+        str | None: A clause for the error message.
+    """
     text = str(err)
-    return ('Unsupported global' in text or 'Unsupported class' in text
-            or 'Refusing getattr' in text)
+    if _CODE_REFUSAL.search(text):
+        return ('it holds objects that a weights-only load does not allow, '
+                'which can run code')
+    if _UNREAD_INSTRUCTION.search(text):
+        return ('its pickle uses instructions that a weights-only load does not '
+                'read (pickle protocol 3 or later, or not written by '
+                'torch.save), which can run code')
+    return None
+
+
+def _checkpoint_format(filename: str) -> Optional[str]:
+    """``'zip'`` or ``'legacy'`` (torch's two formats), or what the file is instead.
+
+    Returns:
+        str | None: None for a file in a torch checkpoint's format, else a
+        short description of the file (text, an incomplete zip archive,
+        other bytes).
+    """
+    if zipfile.is_zipfile(filename):
+        return None
+    with open(filename, 'rb') as f:
+        head = f.read(64)
+    if head[:1] == b'\x80':  # a pickle: torch.save before torch 1.6
+        return None
+    if not head:
+        return 'an empty file'
+    if head.startswith(b'PK'):
+        return 'an incomplete zip archive (truncated)'
+    try:
+        text = head.decode('utf-8')
+    except UnicodeDecodeError:
+        return f'other bytes ({head[:8].hex(" ")} ...)'
+    if all(c.isprintable() or c in '\t\r\n' for c in text):
+        return f'text ({text.splitlines()[0][:40]!r} ...)'
+    return f'other bytes ({head[:8].hex(" ")} ...)'
+
+
+def _name(filename: str) -> str:
+    """The path as given, and where it leads when it is a link."""
+    if osp.islink(filename):
+        return f'{filename} (a link to {osp.realpath(filename)})'
+    return filename
 
 
 def load_local_checkpoint(filename: str,
@@ -120,43 +191,57 @@ def load_local_checkpoint(filename: str,
 
     Raises:
         FileNotFoundError: The file does not exist.
-        pickle.UnpicklingError: The file holds objects outside the allow-list
-            (for example pickled code); the message names the file.
-        RuntimeError: The file is truncated or not a torch checkpoint; the
-            message names the file.
+        pickle.UnpicklingError: torch refuses what the file's pickle would
+            build or call (for example pickled code, which never runs); the
+            message names the file and never advises an unsafe load.
+        RuntimeError: The file is truncated or not a torch checkpoint (text,
+            a link to another kind of file); the message names the file.
     """
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
-        raise FileNotFoundError(f'Checkpoint {filename} can not be found.')
+        raise FileNotFoundError(f'Checkpoint {_name(filename)} can not be found.')
+    found = _checkpoint_format(filename)
+    if found is not None:
+        raise RuntimeError(_not_a_checkpoint(filename, f'it is {found}'))
     try:
         with _allow_list(extra_safe_globals):
             return torch.load(filename, map_location=map_location,
                               weights_only=True)
     except pickle.UnpicklingError as err:
-        if _refused_for_code(err):
-            raise pickle.UnpicklingError(
-                f'Refused to load checkpoint {filename}: it holds objects that '
-                'a weights-only load does not allow, which can run code. Load '
-                'only checkpoints of plain tensors; if you wrote this file '
-                'yourself, save its tensors again with torch.save. Details: '
-                f'{_reason(err)}') from err
-        raise RuntimeError(_not_a_checkpoint(filename, err)) from err
-    except (RuntimeError, EOFError, ValueError) as err:
-        raise RuntimeError(_not_a_checkpoint(filename, err)) from err
+        refused = _refusal(err)
+        if refused is None:
+            raise RuntimeError(_not_a_checkpoint(filename, _detail(err))) from err
+        raise pickle.UnpicklingError(
+            f'Refused to load checkpoint {_name(filename)}: {refused}; nothing '
+            'in it was run. Use checkpoints of plain tensors. If you trust the '
+            'file, save its weights again as plain tensors and load those (a '
+            'released SOFT checkpoint: tools/model_converters/soft2mmsoft.py '
+            f'with --unsafe-load converts it). torch refused: {_reason(err)}'
+        ) from err
+    except Exception as err:  # garbage makes the unpickler raise anything
+        raise RuntimeError(_not_a_checkpoint(filename, _detail(err))) from err
 
 
 def _reason(err: Exception) -> str:
-    """torch's reason in one line, without its advice to load unsafely."""
+    """torch's reason in one sentence, without its advice to load unsafely."""
     text = str(err)
+    if 'TorchScript' in text:
+        return 'a TorchScript archive (a compiled program, not a checkpoint)'
     marker = 'WeightsUnpickler error:'
     if marker in text:
-        text = text[text.index(marker) + len(marker):]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__
+        text = text[text.rindex(marker) + len(marker):]
+    sentences = re.split(r'(?<=[.!?])\s+|\n', text)
+    kept = [s.strip() for s in sentences if s.strip() and not _ADVICE.search(s)]
+    return kept[0] if kept else ''
 
 
-def _not_a_checkpoint(filename: str, err: Exception) -> str:
-    detail = _reason(err)
-    return (f'Checkpoint {filename} is truncated or not a torch checkpoint '
-            f'({type(err).__name__}: {detail}). Re-download or re-save it; when '
-            'resuming, point --resume at an earlier checkpoint.')
+def _detail(err: Exception) -> str:
+    """The error's type and torch's reason, for a file that is not a checkpoint."""
+    reason = _reason(err)
+    return f'{type(err).__name__}: {reason}' if reason else type(err).__name__
+
+
+def _not_a_checkpoint(filename: str, detail: str) -> str:
+    return (f'Checkpoint {_name(filename)} is truncated or not a torch checkpoint '
+            f'({detail}). Re-download or re-save it; when resuming, point '
+            '--resume at an earlier checkpoint.')

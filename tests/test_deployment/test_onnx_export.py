@@ -101,3 +101,17 @@ def test_bad_requests_get_clear_errors(tmp_path, capsys):
     with export_path(), pytest.raises(ValueError, match="method='solve'.*cannot be"):
         bottleneck_apply(torch.eye(3)[None], torch.ones(1, 3, 1),
                          InverseCfg(method='solve'))
+
+
+def test_exported_file_gets_the_mode_open_would_give(tmp_path):
+    import os
+
+    from mmsoft.deployment.onnx_export import export_module
+    old = os.umask(0o027)
+    try:
+        out = export_module(torch.nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8),
+                            str(tmp_path / 'conv.onnx'))
+    finally:
+        os.umask(old)
+    assert os.stat(out).st_mode & 0o777 == 0o640
+    assert os.listdir(tmp_path) == ['conv.onnx']

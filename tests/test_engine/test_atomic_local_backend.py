@@ -83,3 +83,14 @@ def test_stale_temporaries_go_on_the_next_save_and_live_ones_stay(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted(
         p.name for p in (running, elsewhere, legacy_new, user_file,
                          tmp_path / 'epoch_1.pth'))
+
+
+def test_a_stale_temporary_folder_goes_too(tmp_path):
+    import socket
+
+    from mmsoft.engine.atomic_local_backend import remove_stale_temporaries
+    stale = tmp_path / f'.dist_results.tmp-{socket.gethostname()}-{dead_pid()}-0123abcd'
+    (stale / 'parts').mkdir(parents=True)
+    (stale / 'parts' / 'part_0.pkl').write_bytes(b'results')
+    assert remove_stale_temporaries(tmp_path) == [str(stale)]
+    assert os.listdir(tmp_path) == []

@@ -191,6 +191,30 @@ def test_classification_train_test_resume(digits, tmp_path):
 
 
 @pytest.mark.slow
+def test_distributed_evaluation_keeps_its_result_parts_out_of_the_cwd(digits, tmp_path):
+    """mmengine gathers the ranks' results through files, by default in
+    ``./.dist_test``; a killed run left them there."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=1)
+    init_default_scope('mmpretrain')
+    checkpoint = tmp_path / 'initial.pth'
+    torch.save(dict(state_dict=MODELS.build(Config.fromfile(config).model).state_dict()),
+               checkpoint)
+    cwd, work = tmp_path / 'cwd', tmp_path / 'test'
+    cwd.mkdir()
+    result = subprocess.run(
+        [str(REPO / 'tools/dist_test.sh'), str(config), str(checkpoint), '2',
+         '--work-dir', str(work)], cwd=cwd, capture_output=True, text=True,
+        timeout=300, env={**os.environ, 'PORT': '29615', 'OMP_NUM_THREADS': '1'})
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert 'accuracy/top1' in result.stdout + result.stderr
+    assert os.listdir(cwd) == []
+    assert not [p.name for p in work.iterdir() if p.name.startswith('.')]
+
+
+@pytest.mark.slow
 def test_detection_train_test_resume(tmp_path):
     data = make_coco(tmp_path / 'coco', per_split=2)
     body = f"""

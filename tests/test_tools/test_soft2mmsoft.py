@@ -1,15 +1,15 @@
 """Released checkpoints convert to mmsoft and give the released model's logits."""
 import importlib.util
-import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.logs import logged_messages
 from helpers.official_soft import official_forward, official_state_dict
 from mmengine.config import Config
-from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
@@ -79,6 +79,7 @@ def test_ema_flag_picks_the_ema_weights(released, tmp_path):
     status, message = call_tool(path, out, '--ema')
     assert status == 0, message
     checkpoint = torch.load(out, weights_only=True)
+    assert checkpoint['meta']['ema'] is True
     converted = checkpoint['state_dict']
     classifier().load_state_dict(converted, strict=True)
     torch.testing.assert_close(converted['backbone.stages.3.cls_token'], ema['cls_token'])
@@ -140,22 +141,90 @@ def test_small_custom_arch_matches_the_released_forward(size):
 class CreatesFile:
     """Pickles into a call that creates ``marker`` when unpickled."""
 
-    def __init__(self, marker):
-        self.marker = str(marker)
+    def __init__(self, marker, call='exec'):
+        self.marker, self.call = str(marker), call
 
     def __reduce__(self):
+        if self.call == 'os.system':
+            return (os.system, (f'touch {self.marker}',))
         return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
 
 
-def test_pickled_code_is_refused_and_never_run(tmp_path):
+@pytest.mark.parametrize('call', ['exec', 'os.system'])
+def test_pickled_code_is_refused_and_never_run(tmp_path, call):
     marker = tmp_path / 'marker'
     src, dst = tmp_path / 'evil.pth', tmp_path / 'evil_out.pth'
     weights = official_state_dict(seed=8)
-    torch.save(dict(state_dict=weights, payload=CreatesFile(marker)), src)
+    torch.save(dict(state_dict=weights, payload=CreatesFile(marker, call)), src)
     status, message = call_tool(src, dst)
     assert status != 0
     assert 'Refused to load checkpoint' in message and '--unsafe-load' in message
+    assert 'can run code' in message and 'truncated' not in message
+    assert 'weights_only' not in message
     assert not marker.exists()
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize('link', ['same path', 'symlink', 'hard link'])
+@pytest.mark.parametrize('force', [False, True])
+def test_the_source_is_never_overwritten(tmp_path, link, force):
+    src = tmp_path / 'soft_tiny.pth'
+    torch.save(dict(state_dict=official_state_dict(seed=11)), src)
+    before = src.read_bytes()
+    dst = {'same path': src, 'symlink': tmp_path / 'link.pth',
+           'hard link': tmp_path / 'hard.pth'}[link]
+    if link == 'symlink':
+        dst.symlink_to(src)
+    elif link == 'hard link':
+        os.link(src, dst)
+    status, message = call_tool(src, dst, *(['--force'] if force else []))
+    assert status != 0
+    assert f'{dst} is the source {src} itself' in message
+    assert src.read_bytes() == before
+
+
+def test_an_existing_file_is_replaced_only_with_force(tmp_path):
+    src, dst = tmp_path / 'soft_tiny.pth', tmp_path / 'mine.pth'
+    torch.save(dict(state_dict=official_state_dict(seed=12)), src)
+    dst.write_bytes(b'my own file')
+    status, message = call_tool(src, dst)
+    assert status != 0 and f'{dst} exists; pass --force' in message
+    assert dst.read_bytes() == b'my own file'
+    assert call_tool(src, dst, '--force') == (0, '')
+    assert 'backbone.stages.3.cls_token' in torch.load(dst, weights_only=True)['state_dict']
+    assert sorted(os.listdir(tmp_path)) == ['mine.pth', 'soft_tiny.pth']
+
+
+def test_a_folder_as_destination_is_explained(tmp_path):
+    src = tmp_path / 'soft_tiny.pth'
+    torch.save(dict(state_dict=official_state_dict(seed=13)), src)
+    status, message = call_tool(src, tmp_path)
+    assert status != 0
+    assert f'{tmp_path} is a folder; name the file to write, e.g. ' \
+        f'{tmp_path / "soft_tiny_mmsoft.pth"}' in message
+
+
+def test_plain_numbers_become_tensors_and_the_output_loads(tmp_path):
+    weights = official_state_dict(seed=14)
+    count = weights['patch_embed1.proj.1.num_batches_tracked'] = 7   # a plain int
+    src, dst = tmp_path / 'ints.pth', tmp_path / 'ints_out.pth'
+    torch.save(dict(state_dict=weights), src)
+    assert call_tool(src, dst) == (0, '')
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    tracked = converted['backbone.stages.0.patch_embed.proj.1.num_batches_tracked']
+    assert isinstance(tracked, torch.Tensor) and tracked.item() == count
+    classifier().load_state_dict(converted, strict=True)
+
+
+def test_values_that_are_not_weights_are_refused(tmp_path):
+    weights = official_state_dict(seed=15)
+    weights['block1.0.att.norm1.weight'] = 'ones'
+    src, dst = tmp_path / 'odd.pth', tmp_path / 'odd_out.pth'
+    torch.save(dict(state_dict=weights), src)
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert "holds values that are not weights: {'block1.0.att.norm1.weight': 'str'}" \
+        in message
     assert not dst.exists()
 
 
@@ -169,15 +238,17 @@ def test_a_training_state_with_an_args_namespace_converts(tmp_path):
     assert 'backbone.stages.3.cls_token' in torch.load(dst, weights_only=True)['state_dict']
 
 
-def test_ema_only_file_selects_as_the_loader_does(tmp_path):
+def test_ema_only_file_selects_as_the_loader_does_and_says_so(tmp_path):
     from mmsoft.models.utils import extract_state_dict
     weights = official_state_dict(seed=10)
     src, dst = tmp_path / 'ema_only.pth', tmp_path / 'ema_only_out.pth'
     torch.save(dict(state_dict_ema=weights), src)
     assert call_tool(src, dst) == (0, '')
-    converted = torch.load(dst, weights_only=True)['state_dict']
+    written = torch.load(dst, weights_only=True)
+    converted = written['state_dict']
     selected = extract_state_dict(torch.load(src, weights_only=True))
     torch.testing.assert_close(converted['backbone.stages.3.cls_token'], selected['cls_token'])
+    assert written['meta']['ema'] is True   # the weights are the EMA ones
 
 
 @pytest.mark.parametrize('payload,expected', [
@@ -202,15 +273,6 @@ def test_inputs_that_are_not_soft_checkpoints_stop_the_tool(tmp_path, payload,
     assert not dst.exists()
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def config_model(name):
     """The classifier of a config in ``configs/``, as tools/test.py builds it."""
     init_default_scope('mmpretrain')
@@ -230,17 +292,12 @@ def test_newton_flag_is_carried_by_the_checkpoint(released, tmp_path, config,
     assert torch.load(out, weights_only=True)['meta']['newton'] == newton
     model = config_model(config)
     assert model.backbone.newton == 'ridge'     # from scratch: ridge
-    records = _Records()
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(records)
-    try:
+    with logged_messages() as messages:
         load_checkpoint(model, str(out), map_location='cpu', strict=True)
-    finally:
-        logger.removeHandler(records)
     assert model.backbone.newton == newton
     if newton == 'backoff':
         assert any("Newton inverse 'backoff' taken from the checkpoint" in m
-                   for m in records.messages), records.messages
+                   for m in messages), messages
     # In float64, so that the two inverses (4e-5 apart here) are told apart.
     img = torch.randn(1, 3, 128, 160, dtype=torch.float64)
     weights = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}

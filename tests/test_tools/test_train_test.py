@@ -148,3 +148,85 @@ def test_amp_trains_and_evaluates_in_reduced_precision(config, tmp_path):
                               '--work-dir', str(tmp_path / 'test')])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
     assert Config.fromfile(tmp_path / 'test' / config.name).test_cfg.fp16 is True
+
+
+def other_model_checkpoint(config, path: Path) -> Path:
+    """The config's weights with one missing, one extra and a wider head."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    state = MODELS.build(Config.fromfile(config).model).state_dict()
+    del state['backbone.stages.0.pos_embed']
+    state['neck.fc.weight'] = torch.zeros(3)
+    state['head.fc.weight'] = torch.zeros(1000, state['head.fc.weight'].shape[1])
+    torch.save(dict(state_dict=state, optimizer=dict(state={}, param_groups=[])), path)
+    return path
+
+
+def test_test_refuses_weights_that_do_not_fit_unless_told(config, tmp_path):
+    other = other_model_checkpoint(config, tmp_path / 'retinanet.pth')
+    with pytest.raises(ValueError, match=(
+            rf'Checkpoint {other} does not fit the model ImageClassifier of '
+            rf'{config}: weights 1 missing \(backbone.stages.0.pos_embed\), 1 '
+            r'unexpected \(neck.fc.weight\), 1 of other shapes \(head.fc.weight: '
+            r'checkpoint \(1000, 512\) vs model \(10, 512\)\).*--allow-partial-load')):
+        test_tool.main([str(config), str(other), '--work-dir', str(tmp_path / 'test')])
+    metrics = test_tool.main([str(config), str(other), '--allow-partial-load',
+                              '--work-dir', str(tmp_path / 'partial')])
+    assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+    assert '--allow-partial-load: evaluating ImageClassifier' in log_text(
+        tmp_path / 'partial')
+
+
+def test_resume_from_another_models_checkpoint_says_what_to_do(config, tmp_path):
+    other = other_model_checkpoint(config, tmp_path / 'retinanet.pth')
+    with pytest.raises(ValueError, match=(
+            rf'Cannot resume from {other}: it is a checkpoint of another model than '
+            rf'ImageClassifier of {config} .*--cfg-options load_from={other} '
+            r'without --resume')):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / 'work'),
+                         '--resume', str(other)])
+
+
+def test_a_truncated_coco_file_is_named_before_the_run(tmp_path):
+    from helpers.tiny_datasets import make_coco
+    root = make_coco(tmp_path / 'coco')
+    path = root / 'annotations' / 'instances_train2017.json'
+    path.write_text(path.read_text()[:500])
+    config = tmp_path / 'retinanet.py'
+    config.write_text(f"""_base_ = ['{REPO / 'configs' / 'retinanet_softnorm-tiny_fpn_1x_coco.py'}']
+train_dataloader = dict(dataset=dict(data_root='{root}/'))
+""")
+    with pytest.raises(ValueError, match=rf'Annotation file {path} is not valid JSON'):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / 'work')])
+    assert not (tmp_path / 'work').exists()
+
+
+def test_a_label_outside_the_classes_names_the_file_and_values(tmp_path):
+    import numpy as np
+    from PIL import Image
+    root = tmp_path / 'scenes'
+    for split in ('train', 'val'):
+        for i in range(2):
+            (root / 'img_dir' / split).mkdir(parents=True, exist_ok=True)
+            (root / 'ann_dir' / split).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((96, 96, 3), 40 * i, np.uint8)).save(
+                root / 'img_dir' / split / f'{i}.png')
+            labels = np.zeros((96, 96), np.uint8)
+            labels[10:30, 10:30] = 3
+            labels[50:60, 50:60] = 200 if i == 1 else 255   # 11 classes, ignore 255
+            Image.fromarray(labels).save(root / 'ann_dir' / split / f'{i}.png')
+    config = tmp_path / 'upernet.py'
+    config.write_text(f"""_base_ = ['{REPO / 'configs' / 'upernet_softnorm-tiny_96x96_10e_digit-scenes.py'}']
+data_root = '{root}'
+model = dict(backbone=dict(init_cfg=None))
+train_dataloader = dict(batch_size=2, sampler=dict(shuffle=False),
+                        dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+train_cfg = dict(max_epochs=1)
+""")
+    with pytest.raises(ValueError, match=(
+            rf'Label map {root}/ann_dir/train/1.png holds values \[200\] that are '
+            r'neither one of the 11 classes 0 to 10 nor the ignore index 255')):
+        train_tool.main([str(config), '--work-dir', str(tmp_path / 'work')])

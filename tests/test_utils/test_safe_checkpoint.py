@@ -1,5 +1,7 @@
 """mmengine checkpoints load weights-only; pickled code does not."""
+import os
 import pickle
+import subprocess
 
 import pytest
 import torch
@@ -11,7 +13,7 @@ from mmengine.runner.checkpoint import _load_checkpoint
 from torch.utils.data import Dataset
 
 import mmsoft  # noqa: F401  (registers the allow-list)
-from mmsoft.utils.safe_checkpoint import history_buffer_method
+from mmsoft.utils.safe_checkpoint import _reason, _refusal, history_buffer_method
 
 
 class RegressionModel(BaseModel):
@@ -139,3 +141,125 @@ def test_random_bytes_are_not_a_checkpoint_and_get_no_unsafe_advice(tmp_path):
         _load_checkpoint(str(path))
     assert 'weights_only=False' not in str(info.value)
     assert 'can run code' not in str(info.value)
+
+
+class Calls:
+    """Pickles into ``func(*args)``, run when unpickled by a full pickle load."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return (self.func, self.args)
+
+
+def code_payloads(marker):
+    """Reduce calls that would each create ``marker`` if they ever ran."""
+    return {
+        'os.system': Calls(os.system, f'touch {marker}'),
+        'subprocess.call': Calls(subprocess.call, ['touch', str(marker)]),
+        'eval': Calls(eval, f"open({str(marker)!r}, 'w')"),
+    }
+
+
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol')
+@pytest.mark.parametrize('call', ['os.system', 'subprocess.call', 'eval'])
+@pytest.mark.parametrize('protocol', [2, 4])
+def test_pickled_calls_are_refused_with_the_safe_way_out(tmp_path, call, protocol):
+    marker = tmp_path / 'marker'
+    path = tmp_path / 'evil.pth'
+    torch.save(dict(state_dict=dict(w=torch.ones(1)),
+                    payload=code_payloads(marker)[call]), path,
+               pickle_protocol=protocol)
+    with pytest.raises(pickle.UnpicklingError,
+                       match=r'Refused to load checkpoint .*evil\.pth: .*can run '
+                       r'code; nothing in it was run\..*--unsafe-load') as info:
+        _load_checkpoint(str(path))
+    message = str(info.value)
+    for advice in ('weights_only', 'Please use', 'truncated'):
+        assert advice not in message
+    assert not marker.exists()
+
+
+TORCH_2_1_PREFIX = (  # torch 2.1 to 2.3 put the reason after this
+    'Weights only load failed. Re-running `torch.load` with `weights_only` set to '
+    '`False` will likely succeed, but it can result in arbitrary code execution.'
+    'Do it only if you get the file from a trusted source. WeightsUnpickler error: ')
+TORCH_2_4_PREFIX = (
+    'Weights only load failed. This file can still be loaded, to do so you have '
+    'two options, \x1b[1mdo those steps only if you trust the source of the '
+    'checkpoint\x1b[0m. \n\t(1) In PyTorch 2.6, we changed the default value of '
+    'the `weights_only` argument in `torch.load` from `False` to `True`. '
+    'Re-running `torch.load` with `weights_only` set to `False` will likely '
+    'succeed, but it can result in arbitrary code execution. Do it only if you '
+    'got the file from a trusted source.\n\t(2) Alternatively, to load with '
+    '`weights_only=True` please check the recommended steps in the following '
+    'error message.\n\tWeightsUnpickler error: ')
+TORCH_2_6_BLOCKED = (
+    'Weights only load failed. In PyTorch 2.6, we changed the default value of the '
+    '`weights_only` argument in `torch.load` from `False` to `True`. Re-running '
+    '`torch.load` with `weights_only` set to `False` will likely succeed, but it '
+    'can result in arbitrary code execution. Do it only if you got the file from '
+    'a trusted source.\n\n\nTrying to load unsupported GLOBAL posix.system whose '
+    'module posix is blocked.\n\nCheck the documentation of torch.load to learn '
+    'more about types accepted by default with weights_only '
+    'https://pytorch.org/docs/stable/generated/torch.load.html.')
+
+
+@pytest.mark.parametrize('message,reason', [
+    (TORCH_2_1_PREFIX + 'Unsupported class posix.system',
+     'Unsupported class posix.system'),
+    (TORCH_2_1_PREFIX + 'Trying to call reduce for unrecognized function '
+     '<built-in function system>', 'Trying to call reduce for unrecognized function'),
+    (TORCH_2_1_PREFIX + "Trying to instantiate unsupported class <class 'x.Y'>",
+     'Trying to instantiate unsupported class'),
+    (TORCH_2_1_PREFIX + "Can only build Tensor, parameter or dict objects, but got "
+     "<class 'x.Y'>", 'Can only build Tensor'),
+    (TORCH_2_4_PREFIX + 'Unsupported global: GLOBAL eval was not an allowed global '
+     'by default. Please use `torch.serialization.add_safe_globals([eval])` or the '
+     '`torch.serialization.safe_globals([eval])` context manager to allowlist this '
+     'global if you trust this class/function.',
+     'Unsupported global: GLOBAL eval was not an allowed global by default.'),
+    (TORCH_2_4_PREFIX + 'Can only create new object for nn.Parameter or classes '
+     "allowlisted via `add_safe_globals` but got <class 'x.Y'>",
+     'Can only create new object for nn.Parameter'),
+    (TORCH_2_6_BLOCKED, 'Trying to load unsupported GLOBAL posix.system whose '
+     'module posix is blocked.'),
+    (TORCH_2_1_PREFIX + 'Unsupported operand 149', 'Unsupported operand 149'),
+])
+def test_every_wording_of_a_refusal_is_recognised_without_torchs_advice(message,
+                                                                       reason):
+    err = pickle.UnpicklingError(message)
+    assert _refusal(err) is not None
+    assert _reason(err).startswith(reason)
+    for advice in ('weights_only', 'Please use', 'trusted', 'Re-running'):
+        assert advice not in _reason(err)
+
+
+@pytest.mark.parametrize('message', [
+    'persistent_load id must be tuple or int, but got <class \'str\'>',
+    TORCH_2_1_PREFIX + 'Can only append to lists, but got <class \'dict\'>',
+    'String is too long',
+])
+def test_malformed_pickles_are_not_taken_for_refused_code(message):
+    assert _refusal(pickle.UnpicklingError(message)) is None
+
+
+@pytest.mark.parametrize('make', ['text', 'link to /etc/passwd'])
+def test_text_files_and_links_to_them_are_not_checkpoints(tmp_path, make):
+    from mmsoft.models import SOFT
+    path = tmp_path / 'weights.pth'
+    if make == 'text':
+        path.write_text('epoch: 3\nlr: 0.1\n')
+        named = r'weights\.pth'
+    else:
+        path.symlink_to('/etc/passwd')
+        named = r'weights\.pth \(a link to /etc/passwd\)'
+    expected = named + r' is truncated or not a torch checkpoint \(it is text'
+    with pytest.raises(RuntimeError, match=expected):
+        _load_checkpoint(str(path))   # load_from, --resume, tools/test.py
+    backbone = SOFT(arch=dict(embed_dims=[16, 32, 32, 64], num_heads=[1, 2, 2, 4],
+                              depths=[1, 1, 1, 1]),
+                    init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(RuntimeError, match=expected):
+        backbone.init_weights()

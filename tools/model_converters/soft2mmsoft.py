@@ -6,6 +6,12 @@ Example:
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --ema
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --newton ridge
 
+The converter never writes over a file unless ``--force`` is given, and never
+over the source (also through a link). The output is written aside, loaded
+back weights-only and checked before it takes its name. The checkpoint's
+``meta['ema']`` says whether the weights are the EMA ones (an EMA-only source
+gives them without ``--ema``).
+
 The source is read weights-only: a checkpoint whose pickle carries code is
 refused, never run. Training states of the authors' code (timm or DeiT,
 with an ``args`` namespace beside the weights) read that way too;
@@ -25,7 +31,9 @@ import sys
 
 import torch
 
+from mmsoft.engine.atomic_local_backend import atomic_output
 from mmsoft.models.utils import convert_soft_state_dict, extract_state_dict
+from mmsoft.models.utils.checkpoint_loading import EMA_KEY, weights_key
 from mmsoft.models.utils.ckpt_convert import NEWTON_CODES, RELEASED_NEWTON
 from mmsoft.utils import load_local_checkpoint
 
@@ -41,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('dst', help='where to write the converted checkpoint')
     parser.add_argument('--ema', action='store_true',
                         help='convert the EMA weights (state_dict_ema)')
+    parser.add_argument('--force', action='store_true',
+                        help='replace DST when it exists (never SRC itself)')
     parser.add_argument('--unsafe-load', action='store_true',
                         help='load SRC with weights_only=False, which RUNS ANY '
                         'CODE pickled in it: only for a file you trust that the '
@@ -61,8 +71,55 @@ def load_source(path: str, unsafe: bool = False) -> dict:
                                  extra_safe_globals=TRAINING_STATE_GLOBALS)
 
 
+def check_destination(src: str, dst: str, force: bool = False) -> None:
+    """Stop unless ``dst`` can be written without losing anything of the user's.
+
+    Args:
+        src (str): The checkpoint to convert.
+        dst (str): Where the converted checkpoint goes.
+        force (bool): Replace an existing ``dst``. Defaults to False.
+    """
+    if osp.isdir(dst):
+        name = osp.splitext(osp.basename(src))[0] + '_mmsoft.pth'
+        sys.exit(f'{dst} is a folder; name the file to write, e.g. '
+                 f'{osp.join(dst, name)}.')
+    if osp.exists(dst):
+        if osp.exists(src) and osp.samefile(src, dst):
+            how = ' (through a link)' if osp.abspath(src) != osp.abspath(dst) else ''
+            sys.exit(f'{dst} is the source {src} itself{how}; write the converted '
+                     'checkpoint to another file.')
+        if not force:
+            sys.exit(f'{dst} exists; pass --force to replace it, or choose another '
+                     'name.')
+    dirname = osp.dirname(osp.abspath(dst))
+    if not osp.isdir(dirname):
+        sys.exit(f'Output folder {dirname} does not exist.')
+
+
+def write_checked(checkpoint: dict, dst: str) -> None:
+    """Write ``checkpoint`` aside, load it back weights-only, then rename it.
+
+    Raises:
+        RuntimeError: What was written does not load back as the same tensors;
+            ``dst`` is left as it was.
+    """
+    expected = checkpoint['state_dict']
+    with atomic_output(dst) as partial:
+        torch.save(checkpoint, partial)
+        written = load_local_checkpoint(partial, map_location='cpu')['state_dict']
+        wrong = [key for key in expected
+                 if not isinstance(written.get(key), torch.Tensor)
+                 or written[key].shape != expected[key].shape
+                 or written[key].dtype != expected[key].dtype]
+        if wrong or len(written) != len(expected):
+            raise RuntimeError(f'The checkpoint written for {dst} does not load back '
+                               f'as converted (keys {wrong[:10]}); nothing was '
+                               'written.')
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    check_destination(args.src, args.dst, args.force)
     try:
         checkpoint = load_source(args.src, args.unsafe_load)
         weights = extract_state_dict(checkpoint, ema=args.ema, source=args.src)
@@ -71,6 +128,7 @@ def main(argv=None) -> None:
     except (FileNotFoundError, RuntimeError, TypeError, KeyError,
             ValueError) as err:
         sys.exit(str(err.args[0]) if err.args else str(err))
+    ema = weights_key(checkpoint, args.ema) == EMA_KEY
     converted, leftovers = convert_soft_state_dict(weights, with_head=True,
                                                    newton=args.newton)
     if leftovers:
@@ -80,14 +138,13 @@ def main(argv=None) -> None:
                for key in converted):
         sys.exit(f'Stopped: {args.src} holds no SOFT backbone weights (keys: '
                  f'{list(weights)[:10]}).')
-    dirname = osp.dirname(osp.abspath(args.dst))
-    if not osp.isdir(dirname):
-        sys.exit(f'Output folder {dirname} does not exist.')
-    torch.save(dict(state_dict=converted,
-                    meta=dict(converted_from=osp.basename(args.src),
-                              ema=args.ema, newton=args.newton)), args.dst)
-    print(f'Converted {len(converted)} tensors from {args.src} to {args.dst} '
-          f'(Newton inverse: {args.newton}).')
+    write_checked(dict(state_dict=converted,
+                       meta=dict(converted_from=osp.basename(args.src), ema=ema,
+                                 newton=args.newton)), args.dst)
+    which = ('the EMA weights' + ('' if args.ema else f', the only ones {args.src} '
+                                  'holds') if ema else 'the weights')
+    print(f'Converted {len(converted)} tensors ({which}) from {args.src} to '
+          f'{args.dst} (Newton inverse: {args.newton}).')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
 """SOFT attention module: projections, landmarks and the value convolution."""
+import dataclasses
 import math
 from typing import Optional, Tuple, Union
 
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmsoft.ops import (
+    NEWTON_VARIANTS,
     InverseCfg,
     exact_gaussian_attention,
     exporting,
@@ -167,6 +169,16 @@ class SOFTAttention(TokenMixer):
                 raise ValueError(f"mode='exact' is the full N x N kernel without "
                                  f'landmarks or inverse; it does not use {unused}. '
                                  'Remove them or use the default low-rank mode.')
+        if not isinstance(inverse, (dict, InverseCfg, type(None))):
+            fields = [f.name for f in dataclasses.fields(InverseCfg)
+                      if f.name != 'normalize'] + ['variant']
+            raise TypeError(
+                f'inverse must be a dict of InverseCfg fields {fields} (variant: '
+                f'one of {list(NEWTON_VARIANTS)}), an InverseCfg or None; got '
+                f'{inverse!r}. For example '
+                "inverse=dict(variant='backoff') for the released checkpoints' "
+                "Newton inverse, or inverse=dict(method='solve'); on the SOFT "
+                "backbone, newton='ridge' or 'backoff' chooses the variant.")
         if isinstance(inverse, dict) and 'normalize' in inverse:
             raise ValueError('Set normalize on SOFTAttention (normalize=True), not '
                              'in its inverse settings.')

@@ -1,9 +1,13 @@
 """Model utilities: position embeddings and checkpoint handling."""
-from .checkpoint_loading import extract_state_dict, load_pretrained
+from .checkpoint_loading import (
+    extract_state_dict,
+    load_fitting_weights,
+    load_pretrained,
+)
 from .ckpt_convert import convert_soft_state_dict, is_official_soft, strip_prefix
 from .pos_embed import resize_pos_embed
 
 __all__ = [
-    'extract_state_dict', 'load_pretrained', 'convert_soft_state_dict',
-    'is_official_soft', 'strip_prefix', 'resize_pos_embed'
+    'extract_state_dict', 'load_fitting_weights', 'load_pretrained',
+    'convert_soft_state_dict', 'is_official_soft', 'strip_prefix', 'resize_pos_embed'
 ]

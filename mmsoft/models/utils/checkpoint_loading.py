@@ -4,8 +4,10 @@ Also the one place that picks the weights out of a checkpoint file
 (:func:`extract_state_dict`), for ``init_cfg`` loading and for
 ``tools/model_converters/soft2mmsoft.py`` alike.
 """
-from typing import Any, Dict, List, Mapping, Optional
+from collections import OrderedDict
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import torch
 import torch.nn as nn
 from mmengine.logging import MMLogger
 from mmengine.runner.checkpoint import CheckpointLoader
@@ -26,12 +28,45 @@ STATE_DICT_KEYS = ('state_dict', 'model', 'state_dict_ema')
 EMA_KEY = 'state_dict_ema'
 
 
+def weights_key(checkpoint: Mapping, ema: bool = False) -> Optional[str]:
+    """Where a loaded checkpoint keeps the weights that would be taken.
+
+    Args:
+        checkpoint (Mapping): What ``torch.load`` returned.
+        ema (bool): Ask for the EMA weights. Defaults to False.
+
+    Returns:
+        str | None: ``'state_dict'``, ``'model'`` or ``'state_dict_ema'``
+        (the first of :data:`STATE_DICT_KEYS` that holds a dict; only
+        ``'state_dict_ema'`` with ``ema``, even if absent), or None for bare
+        weights.
+    """
+    if ema:
+        return EMA_KEY
+    return next((key for key in STATE_DICT_KEYS
+                 if isinstance(checkpoint.get(key), Mapping)), None)
+
+
+def _as_tensors(weights: Mapping, source: str) -> Dict[str, Tensor]:
+    """Plain numbers (an ``int`` ``num_batches_tracked``) as tensors; others refused."""
+    others = {key: type(value).__name__ for key, value in weights.items()
+              if not isinstance(value, (Tensor, bool, int, float))}
+    if others:
+        raise ValueError(f'{source} holds values that are not weights: '
+                         f'{dict(list(others.items())[:10])}; a state dict maps '
+                         'names to tensors. Remove them or save the weights again.')
+    return OrderedDict((key, value if isinstance(value, Tensor)
+                        else torch.tensor(value)) for key, value in weights.items())
+
+
 def extract_state_dict(checkpoint: Any, ema: bool = False,
                        source: str = 'the checkpoint') -> Dict[str, Tensor]:
     """The weights inside a loaded checkpoint, without DDP's ``module.`` prefix.
 
     Looks under ``state_dict``, ``model`` and ``state_dict_ema``, in this
-    order, and takes a dict without any of them as bare weights.
+    order (:func:`weights_key`), and takes a dict without any of them as bare
+    weights. Plain numbers among them (a ``num_batches_tracked`` saved as an
+    ``int``) become tensors.
 
     Args:
         checkpoint: What ``torch.load`` returned.
@@ -46,30 +81,89 @@ def extract_state_dict(checkpoint: Any, ema: bool = False,
     Raises:
         TypeError: ``checkpoint`` is not a dict.
         KeyError: ``ema`` is set and there is no ``state_dict_ema``.
-        ValueError: The weights hold no tensor.
+        ValueError: The weights hold no tensor, or values that are neither
+            tensors nor numbers.
 
     Examples:
         >>> import torch
-        >>> ckpt = dict(state_dict={'module.w': torch.ones(1)}, epoch=3)
-        >>> list(extract_state_dict(ckpt))
-        ['w']
+        >>> ckpt = dict(state_dict={'module.w': torch.ones(1), 'n': 3}, epoch=3)
+        >>> {k: v.tolist() for k, v in extract_state_dict(ckpt).items()}
+        {'w': [1.0], 'n': 3}
     """
     if not isinstance(checkpoint, Mapping):
         raise TypeError(f'{source} holds a {type(checkpoint).__name__}, not a '
                         'dict of weights: it is not a model checkpoint.')
-    if ema:
-        if not isinstance(checkpoint.get(EMA_KEY), Mapping):
-            raise KeyError(f'EMA weights were asked for but {source} has no '
-                           f'{EMA_KEY} (keys: {list(checkpoint)[:10]}); leave '
-                           'out the EMA option to load its plain weights.')
-        weights = checkpoint[EMA_KEY]
-    else:
-        weights = next((checkpoint[key] for key in STATE_DICT_KEYS
-                        if isinstance(checkpoint.get(key), Mapping)), checkpoint)
+    if ema and not isinstance(checkpoint.get(EMA_KEY), Mapping):
+        raise KeyError(f'EMA weights were asked for but {source} has no '
+                       f'{EMA_KEY} (keys: {list(checkpoint)[:10]}); leave '
+                       'out the EMA option to load its plain weights.')
+    key = weights_key(checkpoint, ema)
+    weights = checkpoint if key is None else checkpoint[key]
     if not any(isinstance(value, Tensor) for value in weights.values()):
         raise ValueError(f'{source} holds no tensors (keys: {list(weights)[:10]}); '
                          'it is not a model checkpoint.')
-    return strip_prefix(weights, 'module.')
+    return strip_prefix(_as_tensors(weights, source), 'module.')
+
+
+def shape_mismatches(own: Mapping[str, Tensor],
+                     state: Mapping[str, Any]) -> Dict[str, str]:
+    """Keys in both whose checkpoint value does not fit the model's tensor.
+
+    Args:
+        own (Mapping[str, Tensor]): The model's state dict.
+        state (Mapping[str, Any]): The checkpoint's weights.
+
+    Returns:
+        dict[str, str]: Key to ``'<key>: checkpoint (shape) vs model (shape)'``.
+    """
+    found = {}
+    for key in own:
+        if key not in state:
+            continue
+        value = state[key]
+        if not isinstance(value, Tensor):
+            found[key] = (f'{key}: checkpoint {type(value).__name__} vs model '
+                          f'{tuple(own[key].shape)}')
+        elif value.shape != own[key].shape:
+            found[key] = (f'{key}: checkpoint {tuple(value.shape)} vs model '
+                          f'{tuple(own[key].shape)}')
+    return found
+
+
+def load_fitting_weights(model: nn.Module, state_dict: Mapping[str, Any]
+                         ) -> Tuple[List[str], List[str], List[str]]:
+    """Load the weights that fit ``model``, and say which did not.
+
+    Unlike :func:`load_pretrained`, this serves any model and takes the
+    weights as mmengine's loaders do: the model's own key migrations
+    (``_load_from_state_dict``, by the version in the state dict's
+    ``_metadata``) run, and ``num_batches_tracked`` counters may be absent.
+
+    Args:
+        model (nn.Module): The model (not wrapped in DDP).
+        state_dict (Mapping[str, Any]): Its weights, keys without prefix.
+
+    Returns:
+        tuple[list[str], list[str], list[str]]: Keys of the model the
+        weights lack, keys the model has no place for, and
+        ``'<key>: checkpoint (shape) vs model (shape)'`` for the weights of
+        another shape (not loaded).
+
+    Examples:
+        >>> import torch.nn as nn
+        >>> weights = dict(weight=torch.zeros(2, 3), extra=torch.ones(1))
+        >>> load_fitting_weights(nn.Linear(3, 2), weights)
+        (['bias'], ['extra'], [])
+    """
+    mismatched = shape_mismatches(model.state_dict(), state_dict)
+    fitting = OrderedDict((k, v) for k, v in state_dict.items() if k not in mismatched)
+    metadata = getattr(state_dict, '_metadata', None)
+    if metadata is not None:
+        fitting._metadata = metadata
+    result = model.load_state_dict(fitting, strict=False)
+    missing = [k for k in result.missing_keys
+               if k not in mismatched and not k.endswith('num_batches_tracked')]
+    return missing, list(result.unexpected_keys), list(mismatched.values())
 
 
 def _extra_weights(own: Mapping[str, Tensor], unexpected: List[str]) -> List[str]:
@@ -161,9 +255,7 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
     if missing:
         raise KeyError(f'{filename} lacks {len(missing)} weights of '
                        f'{type(model).__name__}: {missing}.')
-    mismatched = [f'{k}: checkpoint {tuple(state[k].shape)} vs model '
-                  f'{tuple(own[k].shape)}' for k in matched
-                  if state[k].shape != own[k].shape]
+    mismatched = list(shape_mismatches(own, state).values())
     if mismatched:
         raise ValueError(f'Shapes of {filename} do not fit the model (is the arch '
                          f'the same?): ' + '; '.join(mismatched))

@@ -44,6 +44,10 @@ def test_backbone_inverse_errors_are_explained():
         SOFT(arch='tiny', newton='backoff', attn_cfg=dict(type='PerformerAttention'))
     with pytest.raises(ValueError, match='Set normalize on SOFTAttention'):
         SOFTAttention(32, 2, inverse=dict(normalize=True))
+    with pytest.raises(TypeError, match=r"inverse must be a dict of InverseCfg fields "
+                       r"\['method', .*'variant'\] \(variant: one of \['ridge', "
+                       r"'backoff'\]\), an InverseCfg or None; got 'fast'"):
+        SOFT(arch='tiny', attn_cfg=dict(type='SOFTAttention', inverse='fast'))
     with pytest.raises(ValueError, match=r"mode='exact' .* does not use \['inverse'\]"):
         SOFTAttention(32, 2, mode='exact', inverse=dict(variant='backoff'))
     with pytest.raises(ValueError, match="impl='reference' never chunks"):
