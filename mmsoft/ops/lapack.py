@@ -7,8 +7,16 @@ The tridiagonal route of the Newton iterate (:mod:`.newton_spectral`) needs
 its LAPACK as C function pointers in ``scipy.linalg.cython_lapack``; they are
 called here through ctypes, which releases the GIL, on torch tensors' memory
 (no copies through NumPy). Everything is optional: without SciPy, or when the
-BLAS behind it offers no per-thread thread count, :func:`unavailable_reason`
-says why and the callers use ``torch.linalg.eigh``.
+BLAS behind it offers no way to set its thread count,
+:func:`unavailable_reason` says why and the callers use ``torch.linalg.eigh``.
+
+SciPy's OpenBLAS (a pthreads build) has one thread count for the whole
+process: its ``openblas_set_num_threads_local`` sets that same count. Calls
+made from several threads at once with more than one BLAS thread each
+oversubscribe the cores and round differently from run to run, so
+:func:`single_threaded` sets SciPy's BLAS to one thread while any split work
+runs LAPACK, and puts the count back when the last such call ends. Only
+SciPy's BLAS is touched (NumPy and torch carry their own).
 
 LAPACK is column-major. A C-contiguous ``(n, n)`` tensor read by LAPACK is
 its transpose; for symmetric matrices LAPACK's upper triangle (``'U'``) is
@@ -17,6 +25,8 @@ the tensor's lower triangle, the one ``torch.linalg.eigh`` reads.
 import contextlib
 import ctypes
 import functools
+import os
+import threading
 from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -25,12 +35,16 @@ from torch import Tensor
 _PTR = ctypes.c_void_p
 _ARGS = {'sytrd': 10, 'stedc': 11, 'ormtr': 13}
 _PREFIX = {torch.float32: 's', torch.float64: 'd'}
-_THREAD_SETTERS = ('openblas_set_num_threads_local', 'mkl_set_num_threads_local')
+_THREAD_CONTROLS = (
+    ('scipy_openblas_get_num_threads', 'scipy_openblas_set_num_threads'),
+    ('openblas_get_num_threads', 'openblas_set_num_threads'),
+    ('MKL_Get_Max_Threads', 'MKL_Set_Num_Threads'))
 
 
 @functools.lru_cache(maxsize=None)
-def _binding() -> Tuple[Optional[Dict[str, Callable]], Optional[Callable], str]:
-    """``(routines, thread setter, reason)``; routines None when unavailable."""
+def _binding() -> Tuple[Optional[Dict[str, Callable]], Optional[tuple], str]:
+    """``(routines, (get, set) thread count, reason)``; routines None when
+    unavailable."""
     try:
         import scipy.linalg.cython_lapack as cython_lapack
     except ImportError as err:
@@ -48,34 +62,41 @@ def _binding() -> Tuple[Optional[Dict[str, Callable]], Optional[Callable], str]:
                 return None, None, f'SciPy has no LAPACK {prefix + name}'
             address = get_pointer(capsule, get_name(capsule))
             routines[prefix + name] = ctypes.CFUNCTYPE(None, *[_PTR] * nargs)(address)
-    setter = _thread_setter()
-    if setter is None:
-        return None, None, ("the BLAS behind SciPy's LAPACK has no per-thread thread "
-                            f'count (none of {_THREAD_SETTERS} found)')
-    return routines, setter, ''
+    control = _thread_control()
+    if control is None:
+        return None, None, ("the BLAS behind SciPy's LAPACK offers no thread count "
+                            f'(none of {[c[1] for c in _THREAD_CONTROLS]} found)')
+    return routines, control, ''
 
 
-def _thread_setter() -> Optional[Callable]:
-    """The per-thread thread-count setter of the library holding SciPy's LAPACK
-    (the loaded library that exports both ``ssytrd`` with 32-bit integers and
-    a setter of :data:`_THREAD_SETTERS`)."""
+def _thread_control() -> Optional[Tuple[Callable, Callable]]:
+    """``(get, set)`` of the thread count of the BLAS library SciPy's LAPACK
+    runs on: the loaded library that exports SciPy's prefixed ``scipy_ssytrd_``
+    (SciPy's wheels), else one in SciPy's ``scipy.libs`` folder that exports
+    ``ssytrd_``, with one pair of :data:`_THREAD_CONTROLS`. Other packages may
+    load their own OpenBLAS; those are never touched."""
+    import scipy
+    bundled = os.path.dirname(os.path.dirname(scipy.__file__)) + os.sep + 'scipy.libs'
     try:
         with open('/proc/self/maps') as maps:
-            paths = {line.split()[-1] for line in maps if '.so' in line}
+            paths = sorted({line.split()[-1] for line in maps if '.so' in line})
     except OSError:
         return None
-    for path in sorted(paths):
+    for path in paths:
         try:
             library = ctypes.CDLL(path)
         except OSError:
             continue
-        if not any(hasattr(library, name) for name in ('scipy_ssytrd_', 'ssytrd_')):
+        if not (hasattr(library, 'scipy_ssytrd_')
+                or (path.startswith(bundled) and hasattr(library, 'ssytrd_'))):
             continue
-        for name in _THREAD_SETTERS:
-            setter = getattr(library, name, None)
-            if setter is not None:
-                setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
-                return setter
+        for get_name, set_name in _THREAD_CONTROLS:
+            get = getattr(library, get_name, None)
+            set_ = getattr(library, set_name, None)
+            if get is not None and set_ is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                set_.restype, set_.argtypes = None, [ctypes.c_int]
+                return get, set_
     return None
 
 
@@ -90,24 +111,35 @@ def available() -> bool:
     return not unavailable_reason()
 
 
-@contextlib.contextmanager
-def blas_threads(count: int) -> Iterator[None]:
-    """Run this thread's LAPACK calls on ``count`` BLAS threads; other threads
-    and the process-wide count are untouched, and this thread's own setting
-    is restored after.
+_WINDOW_LOCK = threading.Lock()
+_WINDOW = {'users': 0, 'before': 0}
 
-    Args:
-        count (int): BLAS threads for this thread's calls.
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run SciPy's BLAS on one thread while any thread is inside this block.
+
+    The count is process-wide (see the module's note): the first thread to
+    enter sets it to one and the last to leave puts the previous count back,
+    so concurrent blocks nest safely.
     """
-    setter = _binding()[1]
-    if setter is None:
+    control = _binding()[1]
+    if control is None:
         yield
         return
-    previous = setter(count)  # 0: this thread follows the process-wide count
+    get, set_ = control
+    with _WINDOW_LOCK:
+        if _WINDOW['users'] == 0:
+            _WINDOW['before'] = get()
+            set_(1)
+        _WINDOW['users'] += 1
     try:
         yield
     finally:
-        setter(previous)
+        with _WINDOW_LOCK:
+            _WINDOW['users'] -= 1
+            if _WINDOW['users'] == 0:
+                set_(_WINDOW['before'])
 
 
 def _routine(dtype: torch.dtype, name: str) -> Callable:

@@ -19,6 +19,7 @@ Both cut a batch into one part per :func:`~.thread_split.split_workers` and
 solve each part on a single-threaded worker. Which is faster depends on the
 machine (:mod:`.newton_routes` measures it).
 """
+import contextlib
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
@@ -119,13 +120,12 @@ def _decompose(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     tau = a3.new_zeros(batch, max(m - 1, 0))
 
     def solve(indices: List[int]) -> None:
-        with lapack.blas_threads(torch.get_num_threads()):
-            for i in indices:
-                _, diag, off, tau_i = lapack.tridiagonalize(a3[i], out=reflectors[i])
-                values[i], _ = lapack.tridiagonal_eigh(diag, off, out=vectors[i])
-                tau[i] = tau_i
+        for i in indices:
+            _, diag, off, tau_i = lapack.tridiagonalize(a3[i], out=reflectors[i])
+            values[i], _ = lapack.tridiagonal_eigh(diag, off, out=vectors[i])
+            tau[i] = tau_i
 
-    _map_over_batch(solve, batch, a3)
+    _map_over_batch(solve, batch, a3, uses_lapack=True)
     return values, vectors, reflectors, tau
 
 
@@ -161,14 +161,13 @@ def _apply(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
     out_t = rhs3.transpose(-2, -1).contiguous()  # (B, k, m): column-major (m, k)
 
     def apply(indices: List[int]) -> None:
-        with lapack.blas_threads(torch.get_num_threads()):
-            for i in indices:
-                y = lapack.apply_q(reflectors[i], tau[i], out_t[i], True)
-                w = torch.mm(vectors[i], y.t()).mul_(values[i].unsqueeze(-1))
-                torch.mm(w.t(), vectors[i], out=y)
-                lapack.apply_q(reflectors[i], tau[i], y, False)
+        for i in indices:
+            y = lapack.apply_q(reflectors[i], tau[i], out_t[i], True)
+            w = torch.mm(vectors[i], y.t()).mul_(values[i].unsqueeze(-1))
+            torch.mm(w.t(), vectors[i], out=y)
+            lapack.apply_q(reflectors[i], tau[i], y, False)
 
-    _map_over_batch(apply, rhs3.shape[0], rhs3)
+    _map_over_batch(apply, rhs3.shape[0], rhs3, uses_lapack=True)
     return out_t.transpose(-2, -1)
 
 
@@ -199,12 +198,20 @@ def _(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
     return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
 
 
-def _map_over_batch(fn, batch: int, like: Tensor) -> None:
-    """``fn(indices)`` over one contiguous part of ``range(batch)`` per worker."""
-    parts = [p.tolist() for p in torch.arange(batch).tensor_split(split_workers(like))
-             if len(p)]
-    if len(parts) <= 1:
-        with torch.no_grad():
-            fn(list(range(batch)))
-        return
-    map_single_threaded(fn, parts)
+def _map_over_batch(fn, batch: int, like: Tensor, uses_lapack: bool = False) -> None:
+    """``fn(indices)`` for every matrix of the batch, a matrix at a time on
+    :func:`~.thread_split.split_workers` workers (each takes the next
+    matrix when done: decompositions of one size differ in cost).
+
+    With ``uses_lapack``, SciPy's BLAS runs on one thread
+    (:func:`~.lapack.single_threaded`) wherever the pieces run on one torch
+    thread each: on the workers, or in a caller that runs one thread.
+    """
+    workers = min(split_workers(like), batch)
+    one_thread = uses_lapack and (workers > 1 or torch.get_num_threads() == 1)
+    with lapack.single_threaded() if one_thread else contextlib.nullcontext():
+        if workers <= 1:
+            with torch.no_grad():
+                fn(list(range(batch)))
+        else:
+            map_single_threaded(fn, [[i] for i in range(batch)], workers=workers)

@@ -119,8 +119,9 @@ def _without_grad(fn: Callable[[T], R]) -> Callable[[T], R]:
 
 
 def map_single_threaded(fn: Callable[[T], R], items: Sequence[T],
-                        on_worker: bool = False) -> List[R]:
-    """``[fn(item) for item in items]``, each item on its own one-thread worker.
+                        on_worker: bool = False,
+                        workers: Optional[int] = None) -> List[R]:
+    """``[fn(item) for item in items]`` on one-thread workers.
 
     With more than one item (or ``on_worker``) the items run concurrently on
     a shared pool of workers that each run torch on one thread; the calling
@@ -130,9 +131,12 @@ def map_single_threaded(fn: Callable[[T], R], items: Sequence[T],
 
     Args:
         fn (callable): The work for one item.
-        items (Sequence): The pieces, at most one per intra-op thread.
+        items (Sequence): The pieces.
         on_worker (bool): Run a single item on a worker too (one thread)
             instead of in the calling thread. Defaults to False.
+        workers (int, optional): Run at most this many items at once, each
+            worker taking the next item when it is done with one (so pieces
+            of uneven cost balance). Defaults to None: one worker per item.
 
     Returns:
         list: The results in the order of ``items``.
@@ -140,7 +144,24 @@ def map_single_threaded(fn: Callable[[T], R], items: Sequence[T],
     if len(items) == 0 or (len(items) == 1 and not on_worker):
         with torch.no_grad():
             return [fn(item) for item in items]
-    return list(_pool(len(items)).map(_without_grad(fn), items))
+    count = len(items) if workers is None else max(1, min(workers, len(items)))
+    run = _without_grad(fn)
+    if count == len(items):
+        return list(_pool(count).map(run, items))
+    results: List[R] = [None] * len(items)  # type: ignore[list-item]
+    order = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def take_turns(_) -> None:
+        while True:
+            with lock:
+                index = next(order, None)
+            if index is None:
+                return
+            results[index] = run(items[index])
+
+    list(_pool(count).map(take_turns, range(count)))
+    return results
 
 
 def parallel_eigh(a: Tensor) -> Tuple[Tensor, Tensor]:

@@ -212,16 +212,31 @@ def test_the_work_split_leaves_other_threads_thread_counts_alone():
         torch.set_num_threads(before)
 
 
-def test_lapack_is_reachable_and_its_thread_count_is_per_thread():
+def test_lapack_runs_single_threaded_while_any_split_work_runs():
     assert lapack.available(), lapack.unavailable_reason()  # SciPy is in the stack
-    setter = lapack._binding()[1]
-    before = setter(1)
-    setter(before)
-    with lapack.blas_threads(1):
-        assert setter(1) == 1
-        other = {}
-        thread = threading.Thread(target=lambda: other.setdefault('count', setter(3)))
-        thread.start()
-        thread.join()
-        assert other['count'] != 3  # another thread's own setting, not this one's
-    assert setter(before) == before
+    get, _ = lapack._binding()[1]
+    before = get()
+    inside, entered, leave = [], threading.Barrier(2), threading.Event()
+
+    def hold():
+        with lapack.single_threaded():
+            entered.wait()
+            leave.wait()
+            inside.append(get())
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    with lapack.single_threaded():
+        entered.wait()
+        assert get() == 1
+    assert get() == 1  # the other thread is still inside
+    leave.set()
+    holder.join()
+    assert inside == [1] and get() == before
+
+
+def test_split_lapack_work_is_reproducible():
+    a = landmark_kernels(6, 300).float()
+    rhs = torch.randn(6, 300, 32)
+    first = [newton_apply(a, rhs, route='tridiagonal') for _ in range(3)]
+    assert all(torch.equal(first[0], other) for other in first[1:])
