@@ -10,6 +10,8 @@ from .onnx_export import (
     relative_difference,
     verify_onnx,
 )
+from .onnx_runtime import has_newton_node, ort_session
 
 __all__ = ['ExportModel', 'load_model', 'check_request', 'export_onnx', 'export_module',
-           'min_dynamic_side', 'relative_difference', 'verify_onnx']
+           'min_dynamic_side', 'relative_difference', 'verify_onnx', 'ort_session',
+           'has_newton_node']

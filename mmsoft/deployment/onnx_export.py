@@ -29,6 +29,9 @@ from torch import Tensor
 from mmsoft.engine.atomic_local_backend import atomic_output
 from mmsoft.models.attention.soft_attention import SOFTAttention
 from mmsoft.models.backbones.soft import MIN_INPUT_SIZE, SOFT, _half
+from mmsoft.ops import use_newton_node
+
+from .onnx_runtime import ort_session
 
 MAX_DYNAMIC_SIDE = 8192
 """Largest height or width a ``dynamic`` export accepts."""
@@ -230,7 +233,8 @@ def example_input(export_model: ExportModel, shape: Sequence[int],
 
 
 def export_onnx(export_model: ExportModel, shape: Sequence[int], out: str,
-                dynamic: bool = False, opset: int = 18) -> str:
+                dynamic: bool = False, opset: int = 18,
+                newton_node: bool = False) -> str:
     """Export to an ONNX file; nothing is written when the export fails.
 
     With ``dynamic`` the batch, height and width are symbolic (sides from
@@ -245,6 +249,8 @@ def export_onnx(export_model: ExportModel, shape: Sequence[int], out: str,
         out (str): The ONNX file to write.
         dynamic (bool): Symbolic batch and image size. Defaults to False.
         opset (int): ONNX opset version (18 or later). Defaults to 18.
+        newton_node (bool): Write each Newton inverse as one node
+            ``SOFTNewtonApply`` (see :mod:`.onnx_runtime`). Defaults to False.
 
     Returns:
         str: ``out``.
@@ -263,12 +269,13 @@ def export_onnx(export_model: ExportModel, shape: Sequence[int], out: str,
             2: Dim('height', min=low, max=MAX_DYNAMIC_SIDE),
             3: Dim('width', min=low, max=MAX_DYNAMIC_SIDE)}, )
     return export_module(export_model.module, images, out, export_model.output_names,
-                         dynamic_shapes, opset)
+                         dynamic_shapes, opset, newton_node)
 
 
 def export_module(module: nn.Module, images: Tensor, out: str,
                   output_names: Optional[List[str]] = None,
-                  dynamic_shapes: Optional[tuple] = None, opset: int = 18) -> str:
+                  dynamic_shapes: Optional[tuple] = None, opset: int = 18,
+                  newton_node: bool = False) -> str:
     """``torch.export`` a module of one image input, then write it as ONNX.
 
     The file appears only once complete (written aside, then renamed), with
@@ -284,6 +291,11 @@ def export_module(module: nn.Module, images: Tensor, out: str,
         dynamic_shapes (tuple, optional): ``torch.export`` dynamic shapes of
             the one input. Defaults to None (static).
         opset (int): ONNX opset version. Defaults to 18.
+        newton_node (bool): Write each Newton inverse as one node
+            ``ai.onnx.contrib::SOFTNewtonApply``, which
+            :func:`~.onnx_runtime.ort_session` runs with mmsoft's own
+            implementation, instead of ``2 x num_iters`` standard matrix
+            products. Defaults to False.
 
     Returns:
         str: ``out``.
@@ -292,7 +304,7 @@ def export_module(module: nn.Module, images: Tensor, out: str,
         ValueError: A shape-dependent decision of the model holds only for
             some of the dynamic sizes.
     """
-    with torch.no_grad():
+    with torch.no_grad(), use_newton_node(newton_node):
         try:
             program = torch.export.export(module, (images, ),
                                           dynamic_shapes=dynamic_shapes, strict=False)
@@ -334,12 +346,7 @@ def verify_onnx(export_model: ExportModel, path: str,
     Returns:
         dict: ``{(H, W): largest relative difference}`` over all outputs.
     """
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(path, options,
-                                           providers=['CPUExecutionProvider'])
+    session = ort_session(path)
     results = {}
     for shape in shapes:
         images = example_input(export_model, shape, batch=batch, seed=1)

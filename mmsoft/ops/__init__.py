@@ -11,7 +11,9 @@ from .execution import (
     export_path,
     exporting,
     in_graph,
+    newton_node,
     newton_route,
+    use_newton_node,
     use_newton_route,
     use_work_split,
     work_split,
@@ -41,6 +43,7 @@ from .lowrank_attention import (
 
 __all__ = [
     'export_path', 'exporting', 'in_graph', 'NEWTON_ROUTES', 'newton_route',
+    'newton_node', 'use_newton_node',
     'use_newton_route', 'work_split', 'use_work_split',
     'gaussian_kernel', 'half_neg_squared_distance', 'squared_distance',
     'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',

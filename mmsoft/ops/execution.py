@@ -16,6 +16,10 @@ a model computes, only how it is evaluated (up to float rounding):
   kernel in one piece, no chunks, embeddings always resized.
 - :func:`in_graph`: exporting or compiling, where a data-dependent Python
   check would break or freeze the graph.
+- :func:`newton_node` / :func:`use_newton_node`: while exporting, write each
+  Newton inverse as one ONNX node of mmsoft's own
+  (``ai.onnx.contrib::SOFTNewtonApply``, run by :mod:`mmsoft.deployment`)
+  instead of ``2 x num_iters`` standard matrix products.
 - :func:`newton_route` / :func:`use_newton_route`: how the Newton iterate is
   evaluated (``MMSOFT_NEWTON_ROUTE``; :mod:`.newton_routes` measures the
   default per machine).
@@ -48,6 +52,7 @@ WORK_SPLIT_ENV = 'MMSOFT_WORK_SPLIT'
 TILE_ENV = 'MMSOFT_TILE_ELEMENTS'
 
 _FORCED_EXPORT: ContextVar[bool] = ContextVar('mmsoft_export_path', default=False)
+_NEWTON_NODE: ContextVar[bool] = ContextVar('mmsoft_newton_node', default=False)
 _ROUTE: ContextVar[Optional[str]] = ContextVar('mmsoft_newton_route', default=None)
 _SPLIT: ContextVar[Optional[bool]] = ContextVar('mmsoft_work_split', default=None)
 _TILE: ContextVar[Optional[int]] = ContextVar('mmsoft_tile_elements', default=None)
@@ -104,6 +109,27 @@ def export_path(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _FORCED_EXPORT.reset(token)
+
+
+def newton_node() -> bool:
+    """Whether an export writes each Newton inverse as one custom node."""
+    return _NEWTON_NODE.get()
+
+
+@contextlib.contextmanager
+def use_newton_node(enabled: bool = True) -> Iterator[None]:
+    """Export Newton inverses as the custom node ``SOFTNewtonApply`` (this
+    thread); see :func:`mmsoft.deployment.export_module`.
+
+    Args:
+        enabled (bool): Write the node (True) or the standard matrix
+            products (False). Defaults to True.
+    """
+    token = _NEWTON_NODE.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _NEWTON_NODE.reset(token)
 
 
 # ------------------------------------------------------------ Newton route

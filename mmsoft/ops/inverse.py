@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .execution import exporting, in_graph
+from .execution import exporting, in_graph, newton_node
 from .newton_routes import DEFAULT_SPECTRAL, choose_route
 from .newton_spectral import (
     SpectralFactors,
@@ -334,8 +334,29 @@ def newton_apply(a: Tensor, rhs: Tensor, num_iters: int = 20, reg: float = 0.01,
     if rhs.shape[:-1] != a.shape[:-1]:
         raise ValueError(f'rhs of shape {tuple(rhs.shape)} does not match matrices '
                          f'of shape {tuple(a.shape)}; expected (..., m, k).')
+    if exporting() and newton_node():
+        return newton_node_output(a, rhs, num_iters, reg, backoff, group)
     route = resolve_route(a, use_eig, route)
     return _NewtonApply.apply(a, rhs, num_iters, reg, route, backoff, group)
+
+
+NEWTON_NODE = 'ai.onnx.contrib::SOFTNewtonApply'
+"""The custom ONNX node of :func:`newton_node_output` (domain, then name)."""
+
+
+def newton_node_output(a: Tensor, rhs: Tensor, num_iters: int, reg: float,
+                       backoff: bool, group: int) -> Tensor:
+    """:func:`newton_apply` as one :data:`NEWTON_NODE` in an exported graph.
+
+    Inputs ``a`` (B, m, m) and ``rhs`` (B, m, k); attributes ``num_iters``,
+    ``reg``, ``backoff`` (0 or 1) and ``group``; output ``V_T @ rhs``.
+    :mod:`mmsoft.deployment` runs it in ONNX Runtime with
+    :func:`newton_apply` itself.
+    """
+    attrs = dict(num_iters=int(num_iters), reg=float(reg), backoff=int(bool(backoff)),
+                 group=int(group))
+    return torch.onnx.ops.symbolic(NEWTON_NODE, (a, rhs), attrs, dtype=rhs.dtype,
+                                   shape=rhs.shape, version=1)
 
 
 def newton_inverse(a: Tensor, num_iters: int = 20, reg: float = 0.01,

@@ -115,3 +115,28 @@ def test_exported_file_gets_the_mode_open_would_give(tmp_path):
         os.umask(old)
     assert os.stat(out).st_mode & 0o777 == 0o640
     assert os.listdir(tmp_path) == ['conv.onnx']
+
+
+def test_newton_node_export_runs_in_onnx_runtime_as_eager(tmp_path, capsys):
+    # 320 x 320 UperNet: 100 landmarks per SOFT stage, so eager and the node
+    # both take a spectral route; the node is one custom node per attention.
+    out = tmp_path / 'upernet_node.onnx'
+    assert main([UPERNET, '--shape', '320', '320', '--out', str(out), '--newton-node',
+                 '--cfg-options', 'model.backbone.arch=tiny-norm', '--verify']) == 0
+    diff = float(re.search(r'largest relative difference (\S+)',
+                           capsys.readouterr().out).group(1))
+    assert diff <= 1e-5
+    import onnx
+
+    from mmsoft.deployment import has_newton_node
+    from mmsoft.ops.inverse import NEWTON_NODE
+    domain, name = NEWTON_NODE.split('::')
+    nodes = [n for n in onnx.load(str(out)).graph.node if n.op_type == name]
+    assert len(nodes) == 6 and all(n.domain == domain for n in nodes)  # 1 + 2 + 3 blocks
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
+    assert attrs == dict(num_iters=20, reg=pytest.approx(0.01), backoff=0, group=2)
+    assert has_newton_node(str(out))
+    standard = tmp_path / 'standard.onnx'
+    model = load_model(UPERNET, cfg_options={'model.backbone.arch': 'tiny-norm'})
+    export_onnx(model, (64, 64), str(standard))
+    assert not has_newton_node(str(standard))

@@ -2,14 +2,17 @@
 
 Cases: SOFT-<arch> backbones at 224 x 224 with a batch of --batch (class-token
 output) and one 800 x 1344 image (the four feature maps, as detection uses
-them). Each case is exported once to ONNX (tools/deployment/pytorch2onnx.py's
-export at that fixed size), compiled once with torch.compile (inductor), then
-the three runners are timed round-robin (one warm-up, median of --repeats), so
-that the ratios come from the same run and the same machine load. The eager
-runner takes the default path (the Newton iterate through one
-eigendecomposition from 96 landmarks on CPU), torch.compile the same,
-ONNX Runtime the export path (the Newton iteration as matrix products). Each
-runner's largest relative output difference from eager is printed too.
+them). Each case is exported to ONNX twice at that fixed size
+(tools/deployment/pytorch2onnx.py's export): with standard operators only,
+and with --newton-node (each Newton inverse one SOFTNewtonApply node, run by
+mmsoft.deployment.ort_session), and compiled once with torch.compile
+(inductor); the four runners are timed round-robin (one warm-up, median of
+--repeats), so that the ratios come from the same run and the same machine
+load. Eager, torch.compile and the node take the default CPU route of the
+Newton iterate (one spectral decomposition per head from 64 landmarks, the
+route measured per machine); the standard graph evaluates the 20 Newton steps
+as 40 matrix products per head. Each runner's largest relative output
+difference from eager is printed too.
 
 Examples:
   python tools/deployment/benchmark_onnx.py
@@ -25,6 +28,7 @@ from typing import Callable, Dict, List
 import torch
 import torch.nn as nn
 
+from mmsoft.ops.newton_routes import route_report
 from mmsoft.utils.env import cpu_model
 
 CASES = {'224': ((224, 224), 'cls_token'), '800x1344': ((800, 1344), 'featmap')}
@@ -57,9 +61,7 @@ class _Outputs(nn.Module):
 def runners(arch: str, shape, out_type: str, batch: int, threads: int,
             folder: str) -> Dict[str, Callable]:
     """Eager, compiled and ONNX Runtime forwards of one case, built once."""
-    import onnxruntime
-
-    from mmsoft.deployment import export_module
+    from mmsoft.deployment import export_module, ort_session
     from mmsoft.models import SOFT
     torch.manual_seed(0)
     backbone = SOFT(arch=arch, out_type=out_type,
@@ -67,21 +69,21 @@ def runners(arch: str, shape, out_type: str, batch: int, threads: int,
     backbone.init_weights()
     model = _Outputs(backbone).eval()
     images = torch.randn(batch, 3, *shape)
-    path = export_module(model, images, osp.join(folder, f'{out_type}.onnx'))
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(path, options,
-                                           providers=['CPUExecutionProvider'])
+    sessions = {
+        name: ort_session(export_module(model, images,
+                                        osp.join(folder, f'{out_type}_{node}.onnx'),
+                                        newton_node=node), threads)
+        for name, node in (('ONNX Runtime', False),
+                           ('ONNX Runtime, Newton node', True))}
     compiled = torch.compile(model)
-    feed = {session.get_inputs()[0].name: images.numpy()}
 
-    def ort_run():
-        return tuple(torch.from_numpy(o) for o in session.run(None, feed))
+    def ort_runner(session):
+        feed = {session.get_inputs()[0].name: images.numpy()}
+        return lambda: tuple(torch.from_numpy(o) for o in session.run(None, feed))
 
     return {'torch eager': lambda: model(images),
             'torch.compile': lambda: compiled(images),
-            'ONNX Runtime': ort_run}
+            **{name: ort_runner(session) for name, session in sessions.items()}}
 
 
 def measure(cases: Dict[str, Callable], repeats: int) -> Dict[str, List[float]]:
@@ -105,7 +107,8 @@ def main(argv=None) -> None:
     threads = torch.get_num_threads()
     print(f'CPU: {cpu_model()}, {threads} threads; torch {torch.__version__}, '
           f'arch {args.arch}, fp32, median of {args.repeats} after a warm-up')
-    print('| input | runner | forward (s) | images/s | time / ONNX Runtime time '
+    print('Newton route: ' + '; '.join(route_report()))
+    print('| input | runner | forward (s) | images/s | time / eager time '
           '| rel. diff. from eager |')
     print('|---|---|---|---|---|---|', flush=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -123,7 +126,7 @@ def main(argv=None) -> None:
             for name, median in medians.items():  # each case as soon as it is done
                 print(f'| {shape[0]} x {shape[1]}, batch {batch} | {name} '
                       f'| {median:.3f} | {batch / median:.1f} '
-                      f'| {median / medians["ONNX Runtime"]:.2f} | {diffs[name]:.1e} |',
+                      f'| {median / medians["torch eager"]:.2f} | {diffs[name]:.1e} |',
                       flush=True)
 
 
