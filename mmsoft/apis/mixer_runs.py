@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from mmsoft.utils.benchmark_cases import attention_cfg
+from mmsoft.benchmark.cases import attention_cfg
 
 MIXERS = ('soft', 'softmax-sdpa', 'spatial-reduction', 'performer',
           'nystromformer', 'focused-linear', 'agent')
 """The token mixers of the comparison, by their names in
-:mod:`mmsoft.utils.benchmark_cases` (the same names as in the benchmark)."""
+:mod:`mmsoft.benchmark.cases` (the same names as in the benchmark)."""
 
 
 @dataclass(frozen=True)

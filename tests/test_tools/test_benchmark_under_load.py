@@ -19,11 +19,11 @@ def test_a_small_run_times_both_backbones_under_load(tmp_path, capsys):
     rows = tool.main(['--size', '64', '64', '--threads', '1', '--loads', '1',
                       '--repeats', '1', '--out-dir', str(tmp_path)])
     assert sorted((r['model'], r['load']) for r in rows) == [
-        ('pvt-tiny', 1), ('soft-norm-tiny', 1)]
+        ('pvt-tiny', 1), ('soft-norm-tiny', 1), ('soft-tiny', 1)]
     for r in rows:
         assert r['wall_s'] > 0 and r['cpu_s'] > 0 and r['slowdown'] == 1.0
     with open(tmp_path / 'load.csv') as f:
-        assert len(list(csv.DictReader(f))) == 2
+        assert len(list(csv.DictReader(f))) == 3
     out = capsys.readouterr().out
     assert 'CPU: ' in out and '| soft-norm-tiny | 1 | default | 1 |' in out
 

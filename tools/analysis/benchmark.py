@@ -11,11 +11,6 @@ Suites (--suite):
              by default, or any --variants (the peers plug into the same
              backbone in place of SOFT attention, the paper's Table 1
              setting); forward and forward+backward throughput (images/s).
-  detection  one 800 x 1344 image through the SOFT-Tiny backbone (the
-             faithful Newton iterate as evaluated by default and by the
-             plain loop, landmark cap, exact solve) and mmdet's PVT-Tiny
-             backbone, forward only; each SOFT variant's relative deviation
-             from the default's outputs is reported beside its time.
 Times are medians of --repeats runs after one warm-up; the cases of a suite
 and size run round-robin, so they share any load of the machine alike.
 Peak memory (--memory):
@@ -28,7 +23,9 @@ cores, OpenMP barriers wait on descheduled threads and single calls take 10-100x
 longer at random (measured: 0.03 s vs 2 s for the same call).
 Writes benchmark.csv and benchmark.png to --out-dir and prints a table.
 This file is the command line; the cases, the timing and memory measurement
-and the report are mmsoft/utils/benchmark_{cases,timing,report}.py.
+and the report are mmsoft/benchmark/{cases,timing,report}.py. Backbones at
+detection and segmentation sizes against PVT-Tiny:
+tools/analysis/benchmark_detection.py.
 
 Examples:
   python tools/analysis/benchmark.py --suite attention --sizes 224 512 1024 --memory
@@ -45,8 +42,7 @@ from pathlib import Path
 
 import torch
 
-from mmsoft.utils.benchmark_cases import (  # noqa: F401  (the cases, for tests)
-    DEFAULT_DETECTION,
+from mmsoft.benchmark.cases import (  # noqa: F401  (the cases, for tests)
     DEFAULT_SIZES,
     DEFAULT_VARIANTS,
     PEERS,
@@ -54,14 +50,12 @@ from mmsoft.utils.benchmark_cases import (  # noqa: F401  (the cases, for tests)
     SOFT_VARIANTS,
     attention_specs,
     backbone_specs,
-    detection_specs,
 )
-from mmsoft.utils.benchmark_report import (  # noqa: F401
-    detection_deviations,
+from mmsoft.benchmark.report import (  # noqa: F401
     plot,
     summarise,
 )
-from mmsoft.utils.benchmark_timing import matmul_peak, run_suites
+from mmsoft.benchmark.timing import matmul_peak, run_suites
 from mmsoft.utils.env import cpu_model
 
 
@@ -69,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--suite', default='attention',
-                        choices=['attention', 'backbone', 'detection', 'all'])
+                        choices=['attention', 'backbone', 'all'])
     parser.add_argument('--sizes', type=int, nargs='+',
                         help='image sizes (default: 224 448 640 1024 for the '
                         'attention suite, 224 for the backbone suite)')
@@ -111,8 +105,7 @@ def main(argv=None) -> None:
     print(header, flush=True)
     rows = run_suites(args)
     columns = ['kind', 'variant', 'size', 'tokens', 'forward_s', 'fwd_bwd_s',
-               'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib',
-               'deviation']
+               'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib']
     with open(out_dir / 'benchmark.csv', 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()

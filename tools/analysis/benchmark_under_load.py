@@ -2,8 +2,9 @@
 
 A shared machine runs other jobs; a backbone whose speed collapses when the
 cores are busy is slow in practice. This tool times one image at --size
-(default 800 x 1344, the detection setting) through the SOFT-Norm-Tiny
-backbone (default inverse path) and mmdet's PVT-Tiny backbone, forward only,
+(default 800 x 1344, the detection setting) through the SOFT-Tiny and
+SOFT-Norm-Tiny backbones (ridge inverse, the Newton route measured for this
+machine) and mmdet's PVT-Tiny backbone, forward only,
 for each number of torch threads (--threads) and each background load
 (--loads: that many busy processes spinning on the same cores for the whole
 measurement, ended after it or after --max-load-seconds), and with more than
@@ -26,9 +27,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-MODELS = {'soft-norm-tiny': dict(kind='detection', variant='soft-tiny newton', attn={}),
-          'pvt-tiny': dict(kind='detection', variant='pvt-tiny')}
-"""The backbones, as :func:`mmsoft.utils.benchmark_cases.build_case` specs."""
+MODELS = ('soft-tiny', 'soft-norm-tiny', 'pvt-tiny')
+"""The backbones, names of :data:`mmsoft.benchmark.detection.BACKBONES`."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -61,13 +61,11 @@ def worker(payload: str) -> None:
     """Time the backbones in this process and print the result as JSON."""
     import torch
 
-    from mmsoft.utils.benchmark_cases import build_case
-    from mmsoft.utils.benchmark_timing import time_round_robin
+    from mmsoft.benchmark.detection import build_backbone, runner
+    from mmsoft.benchmark.timing import time_round_robin
     job = json.loads(payload)
     torch.set_num_threads(job['threads'])
-    height, width = job['size']
-    runs = {name: build_case(dict(spec, height=height, width=width), 'cpu')
-            for name, spec in MODELS.items()}
+    runs = {name: runner(build_backbone(name), 'auto', job['size']) for name in MODELS}
     print(json.dumps(time_round_robin(runs, job['repeats'])))
 
 
@@ -90,7 +88,7 @@ def main(argv=None) -> List[dict]:
     if args.worker:
         worker(args.worker)
         return []
-    from mmsoft.utils.background_load import busy_processes
+    from mmsoft.benchmark.background_load import busy_processes
     from mmsoft.utils.env import cpu_model
     cells = [(t, p) for t in args.threads
              for p in (args.wait_policies if t > 1 else ['default'])]

@@ -33,7 +33,7 @@ from mmengine.config import Config, DictAction
 
 import mmsoft  # noqa: F401  (registers the mixers)
 from mmsoft.apis.mixer_runs import MIXERS, RunResult, run_or_load
-from mmsoft.utils.benchmark_cases import attention_cfg
+from mmsoft.benchmark.cases import attention_cfg
 from mmsoft.utils.env import cpu_model
 from mmsoft.utils.flops import measure_config
 

@@ -4,31 +4,11 @@ import statistics
 from pathlib import Path
 from typing import Dict, List
 
-from .benchmark_cases import DEFAULT_DETECTION
-
-
-def detection_deviations(group: List[dict], outputs: list) -> List:
-    """Relative deviation of each SOFT variant's features from the default's."""
-    names = [spec['variant'] for spec in group]
-    if DEFAULT_DETECTION not in names:
-        return [None] * len(group)
-    ref = outputs[names.index(DEFAULT_DETECTION)]
-    ref_norm = math.sqrt(sum(float(r.double().pow(2).sum()) for r in ref))
-    deviations = []
-    for name, out in zip(names, outputs):
-        if not name.startswith('soft'):
-            deviations.append(None)
-            continue
-        diff = sum(float((o.double() - r.double()).pow(2).sum())
-                   for o, r in zip(out, ref))
-        deviations.append(math.sqrt(diff) / ref_norm)
-    return deviations
-
 
 def format_row(row: Dict) -> str:
     cells = [f'{row["kind"]:<10}', f'{row["variant"]:<22}', f'{row["size"]:>5}']
     for key in ('forward_s', 'fwd_bwd_s', 'forward_img_s', 'fwd_bwd_img_s',
-                'forward_mib', 'fwd_bwd_mib', 'deviation'):
+                'forward_mib', 'fwd_bwd_mib'):
         value = row.get(key)
         cells.append(f'{key}={value:.4g}' if isinstance(value, float) else '')
     return ' | '.join(c for c in cells if c)
@@ -75,14 +55,6 @@ def summarise(rows: List[Dict], peak: float) -> List[str]:
         lines.append(f'attention at {biggest} px: chunked fwd+bwd peak '
                      f'{chunked["fwd_bwd_mib"]:.0f} MiB vs reference '
                      f'{reference["fwd_bwd_mib"]:.0f} MiB')
-    pvt = by.get(('detection', 'pvt-tiny', 800))
-    for r in rows:
-        if r['kind'] == 'detection' and pvt and r is not pvt:
-            dev = (f', deviation {r["deviation"]:.1e}'
-                   if r.get('deviation') is not None else '')
-            lines.append(f'800x1344 {r["variant"]}: {r["forward_s"]:.2f} s = '
-                         f'{r["forward_s"] / pvt["forward_s"]:.2f}x PVT-Tiny '
-                         f'({pvt["forward_s"]:.2f} s){dev}')
     return lines
 
 

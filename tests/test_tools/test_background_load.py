@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from mmsoft.utils.background_load import busy_processes
+from mmsoft.benchmark.background_load import busy_processes
 
 
 def test_processes_run_inside_the_block_and_are_gone_after():

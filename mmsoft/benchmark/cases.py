@@ -1,10 +1,11 @@
 """The cases of ``tools/analysis/benchmark.py``: which attentions and backbones
 it times, and how one case is built into a callable.
 
-A case is a dict (``spec``) with ``kind`` (``'attention'``, ``'backbone'``
-or ``'detection'``), ``variant``, ``size`` and, per kind, ``tokens``,
-``arch``, ``attn`` and ``batch``; :func:`build_case` turns it into
-``run(backward)``, one forward (and backward) call.
+A case is a dict (``spec``) with ``kind`` (``'attention'`` or
+``'backbone'``), ``variant``, ``size`` and, per kind, ``tokens``, ``arch``,
+``attn`` and ``batch``; :func:`build_case` turns it into ``run(backward)``,
+one forward (and backward) call. Backbones at detection sizes against
+PVT-Tiny are :mod:`.detection`'s.
 """
 from typing import Callable, List
 
@@ -31,8 +32,6 @@ DEFAULT_SIZES = {'attention': [224, 448, 640, 1024], 'backbone': [224]}
 DEFAULT_VARIANTS = {'attention': list(SOFT_VARIANTS) + list(PEERS),
                     'backbone': ['soft', 'soft-reference']}
 
-DEFAULT_DETECTION = 'soft-tiny newton'
-
 
 # ----------------------------------------------------------------- the cases
 def attention_cfg(name: str) -> dict:
@@ -51,23 +50,11 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
         module = build_token_mixer(attention_cfg(spec['variant']), 64, 2,
                                    sr_ratio=8, conv_size=9)
         inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
-    elif kind == 'backbone':
+    else:  # backbone
         from mmsoft.models import SOFT
         module = SOFT(arch=spec['arch'], attn_cfg=attention_cfg(spec['attn']))
         size = spec['size']
         inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )
-    else:  # detection
-        height, width = spec.get('height', 800), spec.get('width', 1344)
-        if spec['variant'] == 'pvt-tiny':
-            from mmdet.models.backbones import PyramidVisionTransformer
-            module = PyramidVisionTransformer(num_layers=[2, 2, 2, 2])
-        else:
-            from mmsoft.models import SOFT
-            module = SOFT(arch='tiny-norm', out_type='featmap',
-                          out_indices=(0, 1, 2, 3), img_size=224,
-                          attn_cfg=dict(type='SOFTAttention', normalize=True,
-                                        **spec['attn']))
-        inputs = (torch.randn(1, 3, height, width, device=device), )
     module = module.to(device)
 
     def run(backward: bool):
@@ -111,14 +98,3 @@ def backbone_specs(args) -> List[dict]:
                  attn=variant, batch=args.batch, size=size, tokens=n)
             for arch in args.archs
             for size, n, variant in _sizes_and_variants(args, 'backbone')]
-
-
-def detection_specs(args) -> List[dict]:
-    variants = {'soft-tiny newton': dict(), 'soft-tiny newton_loop':
-                dict(inverse=dict(use_eig=False)), 'soft-tiny capped-64':
-                dict(max_landmarks=64),
-                'soft-tiny solve': dict(inverse=dict(method='solve'))}
-    specs = [dict(kind='detection', variant=k, attn=v, size=800)
-             for k, v in variants.items()]
-    return specs + [dict(kind='detection', variant='pvt-tiny', size=800)]
-

@@ -1,11 +1,11 @@
 """Timing and peak-memory measurement of benchmark cases (see
-:mod:`mmsoft.utils.benchmark_cases`).
+:mod:`mmsoft.benchmark.cases`).
 
 Times are medians of repeated calls after one warm-up; the cases of one suite
 and size run round-robin, so they share any load of the machine alike. Peak
 memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU (Linux) the rise
 of the peak resident set size of a fresh process (``python -m
-mmsoft.utils.benchmark_timing``) over the same call, with glibc's mmap
+mmsoft.benchmark.timing``) over the same call, with glibc's mmap
 threshold fixed so that freed buffers are returned.
 """
 import json
@@ -18,13 +18,12 @@ from typing import Callable, Dict, List
 
 import torch
 
-from .benchmark_cases import (
+from .cases import (
     attention_specs,
     backbone_specs,
     build_case,
-    detection_specs,
 )
-from .benchmark_report import detection_deviations, format_row
+from .report import format_row
 
 
 def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> float:
@@ -37,25 +36,28 @@ def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> floa
     return statistics.median(times)
 
 
-def time_round_robin(runs: Dict[str, Callable[[bool], None]],
-                     repeats: int) -> Dict[str, Dict[str, float]]:
-    """Forward times of several cases, alternated so they share any load alike.
+def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
+                     backward: bool = False) -> Dict[str, Dict[str, float]]:
+    """Times of several cases, alternated so they share any load alike.
 
     Args:
-        runs (dict): Name to a closure from :func:`build_case`.
+        runs (dict): Name to a closure ``run(backward)`` (as
+            :func:`build_case` makes).
         repeats (int): Timed calls of each case, after one warm-up each.
+        backward (bool): Time forward and backward (a training step) instead
+            of the forward. Defaults to False.
 
     Returns:
         dict: Name to the medians of ``wall_s`` (seconds) and ``cpu_s`` (CPU
         seconds of this process, all its threads, during the call).
     """
     for run in runs.values():
-        run(False)  # warm-up
+        run(backward)  # warm-up
     samples = {name: ([], []) for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
             wall, cpu = time.perf_counter(), time.process_time()
-            run(False)
+            run(backward)
             samples[name][0].append(time.perf_counter() - wall)
             samples[name][1].append(time.process_time() - cpu)
     return {name: dict(wall_s=statistics.median(w), cpu_s=statistics.median(c))
@@ -78,7 +80,7 @@ def peak_memory(spec: dict, backward: bool, device: str) -> float:
     # live tensors instead of the heap's high-water mark.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072')
     result = subprocess.run(
-        [sys.executable, '-m', 'mmsoft.utils.benchmark_timing', payload],
+        [sys.executable, '-m', 'mmsoft.benchmark.timing', payload],
         capture_output=True, text=True, timeout=3600, env=env)
     if result.returncode != 0:
         return float('nan')
@@ -125,8 +127,6 @@ def run_suites(args) -> List[Dict]:
         specs += attention_specs(args)
     if args.suite in ('backbone', 'all'):
         specs += backbone_specs(args)
-    if args.suite in ('detection', 'all'):
-        specs += detection_specs(args)
     # Cases of one suite are timed round-robin (every case once per repeat),
     # so a load change on a shared machine hits all of them alike.
     groups: Dict[tuple, List[dict]] = {}
@@ -137,12 +137,9 @@ def run_suites(args) -> List[Dict]:
         runs = [build_case(spec, args.device) for spec in group]
         timings = {}
         for backward in (False, True):
-            if group[0]['kind'] == 'detection' and backward:
-                continue
             samples = [[] for _ in runs]
-            warm = [run(backward) for run in runs]  # warm-up
-            if group[0]['kind'] == 'detection':
-                deviations = detection_deviations(group, warm)
+            for run in runs:  # warm-up
+                run(backward)
             for _ in range(args.repeats):
                 for i, run in enumerate(runs):
                     start = time.perf_counter()
@@ -158,8 +155,6 @@ def run_suites(args) -> List[Dict]:
             if spec['kind'] == 'backbone':
                 row['forward_img_s'] = spec['batch'] / row['forward_s']
                 row['fwd_bwd_img_s'] = spec['batch'] / row['fwd_bwd_s']
-            if spec['kind'] == 'detection' and deviations[i] is not None:
-                row['deviation'] = deviations[i]
             if args.memory:
                 row['forward_mib'] = peak_memory(spec, False, args.device)
                 if 'fwd_bwd_s' in row:

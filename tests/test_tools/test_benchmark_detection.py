@@ -1,0 +1,39 @@
+"""tools/analysis/benchmark_detection.py: every case timed, ratios to PVT-Tiny."""
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / 'tools' / 'analysis' / 'benchmark_detection.py'
+_spec = importlib.util.spec_from_file_location('benchmark_detection', SCRIPT)
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+
+def test_a_small_run_times_every_case_against_pvt(tmp_path, capsys):
+    rows = tool.main(['--shape', '64', '96', '--train-shape', '64', '64',
+                      '--routes', 'auto', 'loop', '--repeats', '1',
+                      '--out-dir', str(tmp_path)])
+    labels = {(r['mode'], r['backbone']) for r in rows}
+    soft = [f'{b} {i}{r}' for b in ('SOFT-Tiny', 'SOFT-Norm-Tiny')
+            for i in ('ridge', 'backoff') for r in ('', ', loop route')]
+    assert labels == {(m, b) for m in ('forward', 'training step')
+                      for b in soft + ['PVT-Tiny']}
+    for r in rows:
+        assert r['wall_s'] > 0 and r['vs_pvt'] > 0
+    assert [r['vs_pvt'] for r in rows if r['backbone'] == 'PVT-Tiny'] == [1.0, 1.0]
+    with open(tmp_path / 'detection.csv') as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+    out = capsys.readouterr().out
+    assert 'fp32 matmul peak' in out and 'Newton route: setting: auto' in out
+    assert '| 64 x 96 | forward | SOFT-Norm-Tiny backoff | ' in out
+
+
+@pytest.mark.parametrize('argv', [['--repeats', '0'], ['--threads', '0'],
+                                  ['--routes', 'fast']])
+def test_bad_arguments_are_named(argv, capsys):
+    with pytest.raises(SystemExit):
+        tool.parse_args(argv)
+    assert argv[0] in capsys.readouterr().err

@@ -1,0 +1,107 @@
+"""SOFT-Tiny and SOFT-Norm-Tiny against mmdet's PVT-Tiny at detection sizes.
+
+One image per call, random weights: forward at each --shape (default
+800 x 1344, the COCO configs' input, and 512 x 512, the ADE20K crop) and a
+training step (forward and backward of the summed feature maps) at
+--train-shape. Every SOFT backbone runs with each Newton inverse of
+--inverses (ridge: mmsoft's training default; backoff: the released
+checkpoints') and each Newton route of --routes (auto: the route measured
+for this machine; eigh, tridiagonal or loop force one, for comparison).
+The cases of one shape and mode run round-robin (one warm-up each, then
+--repeats calls; medians), so they share any load of the machine alike.
+Prints the CPU, its fp32 matmul peak, the thread count and the Newton route
+in use, then a Markdown table with each case's time over PVT-Tiny's; writes
+detection.csv to --out-dir.
+
+Examples:
+  python tools/analysis/benchmark_detection.py
+  python tools/analysis/benchmark_detection.py --routes auto eigh --repeats 5
+  python tools/analysis/benchmark_detection.py --shape 800 1344 --no-train
+"""
+import argparse
+import csv
+import os
+from pathlib import Path
+from typing import List
+
+import torch
+
+from mmsoft.benchmark.detection import BACKBONES, INVERSES, build_runs, case_names
+from mmsoft.benchmark.timing import matmul_peak, time_round_robin
+from mmsoft.ops import NEWTON_ROUTES
+from mmsoft.ops.newton_routes import route_report
+from mmsoft.utils.env import cpu_model
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--shape', type=int, nargs=2, action='append',
+                        metavar=('H', 'W'),
+                        help='forward input size (repeatable; default 800 1344 and '
+                        '512 512)')
+    parser.add_argument('--train-shape', type=int, nargs=2, default=[800, 1344],
+                        metavar=('H', 'W'), help='training-step input size')
+    parser.add_argument('--no-train', action='store_true',
+                        help='skip the training step')
+    parser.add_argument('--backbones', nargs='+', default=list(BACKBONES),
+                        choices=list(BACKBONES))
+    parser.add_argument('--inverses', nargs='+', default=list(INVERSES),
+                        choices=list(INVERSES))
+    parser.add_argument('--routes', nargs='+', default=['auto'],
+                        choices=list(NEWTON_ROUTES))
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--threads', type=int,
+                        help="torch threads (default: torch's)")
+    parser.add_argument('--out-dir', default='work_dirs/benchmark_detection')
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f'--repeats must be >= 1, got {args.repeats}.')
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads must be >= 1, got {args.threads}.')
+    args.shape = args.shape or [[800, 1344], [512, 512]]
+    return args
+
+
+def main(argv=None) -> List[dict]:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    header = (f'CPU: {cpu_model()}, {os.cpu_count()} logical cores, '
+              f'{torch.get_num_threads()} torch threads, fp32 matmul peak '
+              f'{matmul_peak("cpu"):.0f} GFLOP/s; torch {torch.__version__}; '
+              f'medians of {args.repeats}, round-robin')
+    print(header, flush=True)
+    cases = case_names(args.backbones, args.inverses, args.routes)
+    jobs = [(tuple(shape), False) for shape in args.shape]
+    if not args.no_train:
+        jobs.append((tuple(args.train_shape), True))
+    rows = []
+    for shape, train in jobs:
+        timings = time_round_robin(build_runs(cases, shape), args.repeats, train)
+        pvt = timings.get('PVT-Tiny', {}).get('wall_s')
+        mode = 'training step' if train else 'forward'
+        for label, t in timings.items():
+            rows.append(dict(input=f'{shape[0]} x {shape[1]}', mode=mode,
+                             backbone=label, wall_s=t['wall_s'], cpu_s=t['cpu_s'],
+                             vs_pvt=t['wall_s'] / pvt if pvt else float('nan')))
+            print(f'{rows[-1]["input"]} {mode} {label}: {t["wall_s"]:.2f} s',
+                  flush=True)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / 'detection.csv', 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print('\n' + header)
+    print('Newton route: ' + '; '.join(route_report()))
+    print('| input | mode | backbone | wall s | CPU s | time / PVT-Tiny time |')
+    print('|---|---|---|---|---|---|')
+    for r in rows:
+        print(f"| {r['input']} | {r['mode']} | {r['backbone']} | {r['wall_s']:.2f} "
+              f"| {r['cpu_s']:.2f} | {r['vs_pvt']:.2f} |")
+    return rows
+
+
+if __name__ == '__main__':
+    main()
