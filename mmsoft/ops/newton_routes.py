@@ -252,21 +252,29 @@ def measure(m: int, rounds: int = ROUNDS) -> dict:
     return dict(route=route, m=m, ms=ms)
 
 
-def route_report() -> List[str]:
-    """Lines saying which Newton route runs here and why (for
-    ``collect_env`` and the benchmarks)."""
+def route_report() -> Dict[str, str]:
+    """What decides the Newton route here, name to value (for
+    ``python -m mmsoft.utils.collect_env`` and the benchmarks)."""
     setting = newton_route()
-    lines = [f'setting: {setting}' + (' (MMSOFT_NEWTON_ROUTE)' if setting != 'auto'
-                                       else ' (measured per machine)')]
     reason = lapack.unavailable_reason()
-    lines.append('spectral routes available: ' + ', '.join(spectral_routes())
-                 + (f' (tridiagonal: {reason})' if reason else ''))
-    lines.append(f'cache: {_cache_file()}')
+    report = {
+        'Newton route': setting + (' (MMSOFT_NEWTON_ROUTE)' if setting != 'auto'
+                                   else ' (measured per machine)'),
+        'Newton spectral routes': ', '.join(spectral_routes())
+        + (f' (tridiagonal: {reason})' if reason else ''),
+        'Newton route cache': _cache_file(),
+    }
     for key, entry in sorted(_table().items(), key=lambda kv: int(kv[0])):
         low = 1 << int(key)
-        lines.append(f'm {low}-{2 * low - 1}: {entry.get("route")} '
-                     f'(measured at m = {entry.get("m")}: {entry.get("ms")} ms)')
+        times = ', '.join(f'{r} {ms} ms' for r, ms in entry.get('ms', {}).items())
+        report[f'Newton route m {low}-{2 * low - 1}'] = (
+            f'{entry.get("route")} ({times} at m = {entry.get("m")})')
     if not _table():
-        lines.append(f'no size measured yet (m < {MIN_MEASURED}: loop; others are '
-                     'measured at their first forward)')
-    return lines
+        report['Newton route by size'] = (f'loop below m = {MIN_MEASURED}; larger '
+                                          'sizes measured at their first forward')
+    return report
+
+
+def format_route_report() -> str:
+    """:func:`route_report` on one line."""
+    return '; '.join(f'{k}: {v}' for k, v in route_report().items())

@@ -1,5 +1,4 @@
 """Versions mmsoft runs with; printed by ``python -m mmsoft.utils.collect_env``."""
-import platform
 from importlib import metadata
 from typing import Dict
 
@@ -47,6 +46,9 @@ def collect_env() -> Dict[str, str]:
         except metadata.PackageNotFoundError:
             info[name] = 'not installed'
     info['MMCV ops'] = _mmcv_ops_status()
+    info['CPU'] = cpu_model()
+    from mmsoft.ops.newton_routes import route_report
+    info.update(route_report())
     return {key: str(value) for key, value in info.items()}
 
 
@@ -56,14 +58,8 @@ def cpu_model() -> str:
 
     Every timing table prints it: speed ratios differ between CPU families.
     """
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or 'unknown CPU'
+    from mmsoft.ops.newton_routes import cpu_info
+    return cpu_info()['model name']
 
 
 def main() -> None:

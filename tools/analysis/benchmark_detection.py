@@ -29,7 +29,7 @@ import torch
 from mmsoft.benchmark.detection import BACKBONES, INVERSES, build_runs, case_names
 from mmsoft.benchmark.timing import matmul_peak, time_round_robin
 from mmsoft.ops import NEWTON_ROUTES
-from mmsoft.ops.newton_routes import route_report
+from mmsoft.ops.newton_routes import format_route_report
 from mmsoft.utils.env import cpu_model
 
 
@@ -94,7 +94,7 @@ def main(argv=None) -> List[dict]:
         writer.writeheader()
         writer.writerows(rows)
     print('\n' + header)
-    print('Newton route: ' + '; '.join(route_report()))
+    print(format_route_report())
     print('| input | mode | backbone | wall s | CPU s | time / PVT-Tiny time |')
     print('|---|---|---|---|---|---|')
     for r in rows:

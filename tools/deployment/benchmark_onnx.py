@@ -28,7 +28,7 @@ from typing import Callable, Dict, List
 import torch
 import torch.nn as nn
 
-from mmsoft.ops.newton_routes import route_report
+from mmsoft.ops.newton_routes import format_route_report
 from mmsoft.utils.env import cpu_model
 
 CASES = {'224': ((224, 224), 'cls_token'), '800x1344': ((800, 1344), 'featmap')}
@@ -107,7 +107,7 @@ def main(argv=None) -> None:
     threads = torch.get_num_threads()
     print(f'CPU: {cpu_model()}, {threads} threads; torch {torch.__version__}, '
           f'arch {args.arch}, fp32, median of {args.repeats} after a warm-up')
-    print('Newton route: ' + '; '.join(route_report()))
+    print(format_route_report())
     print('| input | runner | forward (s) | images/s | time / eager time '
           '| rel. diff. from eager |')
     print('|---|---|---|---|---|---|', flush=True)
