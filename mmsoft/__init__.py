@@ -1,16 +1,24 @@
 """mmsoft: SOFT (softmax-free transformer) backbones for OpenMMLab.
 
-Importing the package registers the SOFT models in mmsoft's registries
-(``type='mmsoft.SOFT'`` resolves from every toolbox) and applies the
-process-wide patches of :mod:`mmsoft.process_patches`: ``type='SOFT'`` in the
-root registry, weights-only loading of mmengine checkpoints, atomic
-checkpoint writes. ``MMSOFT_DISABLE_PATCHES`` switches each off. It imports
-neither mmdet nor mmseg.
+Importing the package registers names and does nothing else: mmsoft's
+classes in its own registries (``type='mmsoft.SOFT'`` resolves from every
+toolbox), the backbone and the token mixers in mmengine's root ``MODELS`` for
+configs of other toolboxes (:mod:`mmsoft.registry` says why), mmsoft's
+classifiers in mmpretrain's model listing, and the ``mmsoft::`` operators of
+its numerics in torch. It imports neither mmdet nor mmseg. The process-wide
+changes a training or test process needs are :mod:`mmsoft.runtime`, imported
+by ``tools/train.py`` and ``tools/test.py`` or named in a config's
+``custom_imports``.
 """
+from mmengine.logging import print_log
+
 from . import engine, models  # noqa: F401  (registers the classes)
-from .process_patches import apply_patches
+from .registry import register_in_root_registry
 from .version import __version__, version_info
 
-apply_patches()
+_taken = register_in_root_registry()
+if _taken:
+    print_log(f'mmsoft: the root registry already holds {_taken}; use '
+              "'mmsoft.<name>' for them", logger='current')
 
 __all__ = ['__version__', 'version_info']

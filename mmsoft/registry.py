@@ -1,16 +1,28 @@
-"""The registries of mmsoft, and how they join the OpenMMLab registry tree.
+"""The registries of mmsoft, and the few names it also gives mmengine's root.
 
-mmsoft's ``MODELS`` and ``OPTIM_WRAPPERS`` registries are children of
-mmengine's root registries with the scope ``'mmsoft'``, so
-``type='mmsoft.SOFT'`` resolves from every toolbox. The few classes that
-configs of other toolboxes name without a scope (``type='SOFT'``) are also
-registered in the root registries, by
-:func:`mmsoft.process_patches.register_in_root_registry`, which says why for
-each.
+mmsoft's ``MODELS``, ``OPTIM_WRAPPERS`` and ``OPTIM_WRAPPER_CONSTRUCTORS``
+registries are children of mmengine's root registries with the scope
+``'mmsoft'``, so ``type='mmsoft.SOFT'`` resolves from every toolbox.
+
+Configs of mmpretrain, mmdet and mmseg build under their own default scope
+and name the backbone ``type='SOFT'``; a registry searches its ancestors for
+names without a scope, so ``import mmsoft`` also registers, in mmengine's
+root ``MODELS`` (:func:`register_in_root_registry`):
+
+- ``SOFT``, the backbone, for those configs;
+- every token mixer (each subclass of
+  :class:`mmsoft.models.attention.TokenMixer`: ``SOFTAttention`` and the
+  peers it is compared with), which those toolboxes' configs and layers name
+  without a scope to swap attentions in their own models.
+
+Nothing else of mmsoft goes there, and a name the root already holds is left
+as it is (use ``'mmsoft.<name>'``). Everything that changes a process beyond
+names is :mod:`mmsoft.runtime`, which a process opts into.
 """
-from typing import Any
+from typing import Any, List
 
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import DefaultScope, Registry
 
@@ -19,6 +31,9 @@ MODELS = Registry(
     locations=['mmsoft.models'])
 OPTIM_WRAPPERS = Registry(
     'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmsoft',
+    locations=['mmsoft.engine'])
+OPTIM_WRAPPER_CONSTRUCTORS = Registry(
+    'optimizer wrapper constructor', parent=MMENGINE_CONSTRUCTORS, scope='mmsoft',
     locations=['mmsoft.engine'])
 
 
@@ -52,3 +67,29 @@ def build_model(cfg: dict, **kwargs: Any) -> Any:
     with DefaultScope.overwrite_default_scope('mmsoft'):
         return MODELS.build(cfg, default_args=kwargs or None)
 
+
+def root_model_names() -> List[str]:
+    """The names :func:`register_in_root_registry` gives mmengine's root
+    ``MODELS``: ``SOFT`` and every registered token mixer."""
+    from .models.attention.token_mixer import token_mixer_names
+    return ['SOFT'] + token_mixer_names()
+
+
+def register_in_root_registry() -> List[str]:
+    """Register :func:`root_model_names` in mmengine's root ``MODELS``.
+
+    Called by ``import mmsoft``; a name the root already holds for another
+    class is left as it is.
+
+    Returns:
+        list[str]: The names left out because the root holds them.
+    """
+    taken = []
+    for name in root_model_names():
+        cls = MODELS.get(name)
+        held = MMENGINE_MODELS.module_dict.get(name)
+        if held is None:
+            MMENGINE_MODELS.register_module(name=name, module=cls)
+        elif held is not cls:
+            taken.append(name)
+    return taken

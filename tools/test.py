@@ -13,7 +13,7 @@ import os
 from mmengine.config import DictAction
 from mmengine.runner import Runner
 
-import mmsoft  # noqa: F401  (registers SOFT, weights-only checkpoint loading)
+import mmsoft.runtime  # noqa: F401  (SOFT's names, weights-only loading, atomic writes)
 from mmsoft.apis import (
     check_annotation_files,
     finish_distributed,

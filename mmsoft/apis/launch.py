@@ -32,15 +32,10 @@ def _replace_sync_bn(node: Any) -> int:
 _RUNS_IN_PROCESS = itertools.count()
 
 
-def _cpu_amp_type() -> str:
-    """The plain name where the root registry has it, else the scoped one."""
-    from mmengine.registry import OPTIM_WRAPPERS
-
-    from mmsoft.engine import CPUAmpOptimWrapper
-    if OPTIM_WRAPPERS.module_dict.get('CPUAmpOptimWrapper') is CPUAmpOptimWrapper:
-        return 'CPUAmpOptimWrapper'
-    return 'mmsoft.CPUAmpOptimWrapper'
-
+def _root_or_scoped(root, name: str, cls: type) -> str:
+    """``name`` where mmengine's root registry holds ``cls`` under it (see
+    :mod:`mmsoft.runtime`), else ``'mmsoft.<name>'``, which always resolves."""
+    return name if root.module_dict.get(name) is cls else f'mmsoft.{name}'
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None,
@@ -96,8 +91,13 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
         Config: ``cfg``.
     """
     on_gpu = torch.cuda.is_available()
+    from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
+
+    from mmsoft.engine import CompilableOptimWrapperConstructor, CPUAmpOptimWrapper
     if cfg.get('compile') and 'constructor' not in cfg.get('optim_wrapper', {}):
-        cfg.optim_wrapper.constructor = 'CompilableOptimWrapperConstructor'
+        cfg.optim_wrapper.constructor = _root_or_scoped(
+            OPTIM_WRAPPER_CONSTRUCTORS, 'CompilableOptimWrapperConstructor',
+            CompilableOptimWrapperConstructor)
     if amp:
         wrapper = cfg.optim_wrapper
         if on_gpu:
@@ -105,7 +105,8 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
             wrapper.setdefault('loss_scale', 'dynamic')
             wrapper.setdefault('dtype', 'float16')
         else:
-            wrapper.type = _cpu_amp_type()
+            wrapper.type = _root_or_scoped(OPTIM_WRAPPERS, 'CPUAmpOptimWrapper',
+                                           CPUAmpOptimWrapper)
             wrapper.pop('loss_scale', None)
             wrapper['dtype'] = 'bfloat16'
     if not on_gpu:

@@ -17,6 +17,7 @@ the head, with no post-processing:
 While exporting, SOFT takes its graph-friendly path
 (:func:`mmsoft.ops.exporting`): the same function for every input size.
 """
+import importlib
 import os.path as osp
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -27,8 +28,7 @@ from mmengine.config import Config
 from torch import Tensor
 
 from mmsoft.engine.atomic_local_backend import atomic_output
-from mmsoft.models.attention.soft_attention import SOFTAttention
-from mmsoft.models.backbones.soft import MIN_INPUT_SIZE, SOFT, _half
+from mmsoft.models.backbones.soft import SOFT
 from mmsoft.ops import use_newton_node
 
 from .onnx_runtime import ort_session
@@ -107,10 +107,9 @@ def load_model(config: str, checkpoint: Optional[str] = None,
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     scope = cfg.get('default_scope')
-    tasks = {'mmpretrain': 'classifier', 'mmdet': 'detector', 'mmseg': 'segmentor'}
-    if scope not in tasks:
+    if scope not in [t[0] for t in TASKS]:
         raise ValueError(f'{config} has default_scope {scope!r}; the export serves '
-                         f'{sorted(tasks)} configs.')
+                         f'{[t[0] for t in TASKS]} configs.')
     from mmengine.registry import MODELS, init_default_scope
     from mmengine.runner import load_checkpoint
 
@@ -127,7 +126,7 @@ def load_model(config: str, checkpoint: Optional[str] = None,
         load_checkpoint(model, checkpoint, map_location='cpu', strict=True,
                         logger='silent')
     model.eval()
-    task = tasks[scope]
+    task = task_of(model)
     if task == 'detector' and getattr(model, 'rpn_head', None) is not None:
         task = 'two-stage detector'
     names, max_stride = _outputs(model, task)
@@ -136,6 +135,27 @@ def load_model(config: str, checkpoint: Optional[str] = None,
                or 1)
     return ExportModel(_TensorOutputs(model, task).eval(), task, names,
                        model.backbone.in_channels, int(divisor), max_stride)
+
+
+TASKS = (
+    ('mmpretrain', 'mmpretrain.models.classifiers', 'BaseClassifier', 'classifier'),
+    ('mmdet', 'mmdet.models.detectors', 'BaseDetector', 'detector'),
+    ('mmseg', 'mmseg.models.segmentors', 'BaseSegmentor', 'segmentor'))
+"""``(scope, module, base class, task)`` of each toolbox the export serves."""
+
+
+def task_of(model: nn.Module) -> str:
+    """``'classifier'``, ``'detector'`` or ``'segmentor'``, from the model's
+    base class in its toolbox."""
+    for _, module, base, task in TASKS:
+        try:
+            cls = getattr(importlib.import_module(module), base)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(model, cls):
+            return task
+    raise ValueError(f'{type(model).__name__} is not a classifier, detector or '
+                     'segmentor of mmpretrain, mmdet or mmseg.')
 
 
 def _outputs(model: nn.Module, task: str) -> Tuple[List[str], int]:
@@ -166,12 +186,11 @@ def min_dynamic_side(export_model: ExportModel) -> int:
     maps never applies); rounded up to the config's size divisor.
     """
     backbone = export_model.module.model.backbone
-    side = max(MIN_INPUT_SIZE, export_model.max_stride + 1)
-    ratios = backbone.arch_settings['sr_ratios']
+    side = max(backbone.min_input_size, export_model.max_stride + 1)
 
     def fits(size: int) -> bool:
-        return all(_half(size, 2 + i) >= 2 * (ratios[i] if i < 3 else 1)
-                   for i in range(backbone.num_stages))
+        return (all(min(g) >= 2 for g in backbone.stage_grids(size, size)) and
+                all(min(g) >= 2 for g in backbone.landmark_grids(size, size) if g))
 
     while not fits(side) or side % export_model.size_divisor:
         side += 1
@@ -190,9 +209,11 @@ def check_request(export_model: ExportModel, shape: Sequence[int],
     if len(shape) != 2 or min(shape) < 1:
         raise ValueError(f'--shape takes two positive numbers H W, got {list(shape)}.')
     height, width = shape
-    if min(shape) < MIN_INPUT_SIZE:
-        raise ValueError(f'--shape {height} {width} is below the {MIN_INPUT_SIZE} px '
-                         'minimum of SOFT; use a larger input.')
+    backbone = export_model.module.model.backbone
+    if min(shape) < backbone.min_input_size:
+        raise ValueError(f'--shape {height} {width} is below the '
+                         f'{backbone.min_input_size} px minimum of SOFT; use a '
+                         'larger input.')
     divisor = export_model.size_divisor
     if height % divisor or width % divisor:
         fit = [-(-s // divisor) * divisor for s in shape]
@@ -202,12 +223,11 @@ def check_request(export_model: ExportModel, shape: Sequence[int],
             f'inputs; use --shape {fit[0]} {fit[1]}.')
     if not dynamic:
         return
-    capped = sorted({m.max_landmarks for m in export_model.module.modules()
-                     if isinstance(m, SOFTAttention) and m.max_landmarks is not None})
-    if capped:
+    if backbone.max_landmarks is not None:
         raise ValueError(
             f'--dynamic cannot serve this model: its attention caps the landmarks '
-            f'(max_landmarks={capped[0]}), and the capped grid is chosen in Python '
+            f'(max_landmarks={backbone.max_landmarks}), and the capped grid is chosen '
+            'in Python '
             'from the input size, so the graph would hold the grid of --shape for '
             'every size. Export once per input size without --dynamic.')
     pooled = sorted({str(m.output_size) for m in export_model.module.modules()

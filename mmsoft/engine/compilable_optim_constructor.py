@@ -1,7 +1,8 @@
 """An optimizer constructor whose parameter groups ``torch.compile`` can trace."""
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
-from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from torch import nn
+
+from mmsoft.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
@@ -14,6 +15,8 @@ class CompilableOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     optimizer step over such groups, which mmengine's ``compile=True`` does
     (it compiles the whole ``train_step``). ``prepare_config`` selects this
     constructor for configs that set ``compile`` and name no constructor.
+    Registered as ``'mmsoft.CompilableOptimWrapperConstructor'`` and, by
+    :mod:`mmsoft.runtime`, under its plain name in mmengine's root registry.
     Same arguments as ``DefaultOptimWrapperConstructor``.
     """
 

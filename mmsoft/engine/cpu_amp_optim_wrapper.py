@@ -14,9 +14,9 @@ class CPUAmpOptimWrapper(OptimWrapper):
     """Run forward and loss under CPU autocast (bfloat16 by default).
 
     bfloat16 keeps float32's exponent range, so no loss scaling is needed.
-    Registered as ``'mmsoft.CPUAmpOptimWrapper'`` and, unless switched off
-    (see :mod:`mmsoft.process_patches`), as ``'CPUAmpOptimWrapper'`` in
-    mmengine's root registry, so every toolbox's configs find it by name.
+    Registered as ``'mmsoft.CPUAmpOptimWrapper'`` and, by
+    :mod:`mmsoft.runtime`, as ``'CPUAmpOptimWrapper'`` in mmengine's root
+    registry, so every toolbox's configs find it by name.
 
     Args:
         dtype (str | torch.dtype): Autocast dtype. Defaults to

@@ -3,6 +3,7 @@ from .bottleneck import (
     METHODS,
     NEWTON_VARIANTS,
     InverseCfg,
+    InverseSlot,
     bottleneck_apply,
     bottleneck_inverse,
 )
@@ -49,6 +50,7 @@ __all__ = [
     'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',
     'newton_residual', 'prefers_eig', 'regularised', 'backoff_initial_scale',
     'solve_apply', 'solve_inverse', 'METHODS', 'NEWTON_VARIANTS', 'InverseCfg',
+    'InverseSlot',
     'bottleneck_apply', 'bottleneck_inverse', 'soft_lowrank_attention',
     'soft_reference_attention', 'exact_gaussian_attention'
 ]

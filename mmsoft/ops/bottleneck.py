@@ -142,6 +142,27 @@ def newton_variant(name: str) -> dict:
 DEFAULT_INVERSE = InverseCfg()
 
 
+class InverseSlot:
+    """The one :class:`InverseCfg` that several attention layers share.
+
+    A SOFT backbone resolves its inverse once (the Newton variant, the
+    attention config's settings, SOFT-Norm) into one slot and hands the slot
+    to each of its SOFT attention layers, which read it at every call; taking
+    a checkpoint's Newton variant is then one assignment, in the backbone.
+
+    Args:
+        cfg (InverseCfg): The inverse.
+    """
+
+    def __init__(self, cfg: InverseCfg) -> None:
+        if not isinstance(cfg, InverseCfg):
+            raise TypeError(f'An InverseSlot holds an InverseCfg, got {cfg!r}.')
+        self.cfg = cfg
+
+    def __repr__(self) -> str:
+        return f'InverseSlot({self.cfg})'
+
+
 def bottleneck_apply(a2: Tensor, rhs: Tensor,
                      inverse: InverseCfg = DEFAULT_INVERSE,
                      group: int = 1) -> Tensor:

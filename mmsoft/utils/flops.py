@@ -4,8 +4,8 @@ Generic counters trace modules or a JIT graph and miss work inside custom
 autograd functions and ``no_grad`` loops, such as SOFT's Newton iterations.
 :class:`FlopCounter` sits at torch's dispatcher instead, so it sees every
 matrix product, convolution and attention kernel that runs, wherever it is
-called from, plus every ``exp`` (one operation per element, the Gaussian
-kernel's cost). Following vision papers, "FLOPs" here are multiply-accumulates
+called from, plus every ``exp`` and ``exp2`` (one operation per element, the
+Gaussian kernel's cost). Following vision papers, "FLOPs" here are multiply-accumulates
 (MACs): one multiply-add counts once.
 """
 from collections import Counter
@@ -67,6 +67,8 @@ HANDLERS: Dict[Any, Callable] = {
     aten._scaled_dot_product_cudnn_attention: _sdpa,
     aten.exp: _elementwise,
     aten.exp_: _elementwise,
+    aten.exp2: _elementwise,
+    aten.exp2_: _elementwise,
 }
 
 

@@ -6,6 +6,7 @@ import torch
 from mmengine.fileio import get_file_backend
 from mmengine.runner.checkpoint import save_checkpoint
 
+import mmsoft.runtime  # noqa: F401  (the local backend writes atomically)
 from mmsoft.engine import AtomicLocalBackend
 
 

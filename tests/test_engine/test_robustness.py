@@ -7,7 +7,7 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
-import mmsoft  # noqa: F401
+import mmsoft.runtime  # noqa: F401
 from mmsoft.apis import prepare_config
 from mmsoft.models import SOFT, SOFTAttention
 from mmsoft.models.attention.diagnostics import inverse_residual

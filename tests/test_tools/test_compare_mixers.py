@@ -62,20 +62,33 @@ def test_a_dry_run_writes_the_table_and_a_rerun_skips_finished_runs(
 
 
 def test_bad_requests_are_clear_errors(tmp_path):
+    from mmengine.config import Config
     with pytest.raises(SystemExit):
         compare.parse_args(['--config', 'imagenet=x.py'])
-    with pytest.raises(ValueError, match='at least 3 epochs'):
-        compare.TASKS['digits']['schedule'](2)
+    config = Config.fromfile(str(REPO / compare.TASKS['digits']['config']))
+    with pytest.raises(ValueError, match='more than 2 epochs'):
+        compare.schedule(config, 2)
 
 
 @pytest.mark.parametrize('task', list(compare.TASKS))
-def test_each_task_schedule_sets_keys_its_config_has(task):
-    # A renamed config or a changed loop type must not leave the schedule
-    # setting keys nobody reads (the run would silently train for the default).
+def test_each_task_schedule_stretches_the_schedulers_to_the_run(task, tmp_path):
+    # A run of 3 epochs ends every scheduler that ended with the config's
+    # training at epoch 3 (whatever their order), and its config file, read
+    # back as tools/train.py reads it, says so.
     from mmengine.config import Config
     spec = compare.TASKS[task]
     config = Config.fromfile(str(REPO / spec['config']))
-    for key in spec['schedule'](spec['quick']):
-        node = config
-        for part in key.split('.'):
-            node = node[int(part)] if isinstance(node, list) else node[part]
+    settings = compare.schedule(config, 3, spec['scratch'])
+    run = tmp_path / 'run_config.py'
+    run.write_text(compare.run_config(str(REPO / spec['config']), 'agent', 5, settings))
+    resolved = Config.fromfile(str(run))
+    assert resolved.train_cfg.max_epochs == 3
+    ended = [s for s in config.param_scheduler
+             if s.get('end') == config.train_cfg.max_epochs]
+    assert ended and [s['end'] for s in resolved.param_scheduler
+                      if s['type'] in {e['type'] for e in ended}] == [3] * len(ended)
+    assert resolved.model.backbone.attn_cfg == dict(type='AgentAttention')
+    assert resolved.randomness.seed == 5
+    if spec['scratch']:  # the scenes start from scratch, not the classifier
+        assert resolved.model.backbone.init_cfg is None
+        assert Config.fromfile(str(REPO / spec['config'])).model.backbone.init_cfg

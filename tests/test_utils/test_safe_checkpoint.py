@@ -12,7 +12,7 @@ from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint
 from torch.utils.data import Dataset
 
-import mmsoft  # noqa: F401  (registers the allow-list)
+import mmsoft.runtime  # noqa: F401  (registers the allow-list)
 from mmsoft.utils.safe_checkpoint import _reason, _refusal, history_buffer_method
 
 

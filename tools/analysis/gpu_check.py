@@ -80,15 +80,17 @@ def numerics(device: str, size: Tuple[int, int]) -> List[dict]:
                 x.requires_grad_(True)
                 outs = net(x)
                 sum((o * o).mean() for o in outs).backward()
-                grads = {n: p.grad for n, p in net.named_parameters() if p.grad is not None}
+                grads = {n: p.grad for n, p in net.named_parameters()
+                         if p.grad is not None}
                 results.append((outs, x.grad, grads))
             (ref_outs, ref_x, ref_p), (outs, x_grad, p_grad) = results
             rows.append(dict(
                 backbone=f"SOFT-{'Norm-' if arch == 'tiny-norm' else ''}Tiny {newton}",
                 outputs=max(_relative(o, r) for o, r in zip(outs, ref_outs)),
                 input_grad=_relative(x_grad, ref_x),
-                param_grads=_relative(torch.cat([p_grad[n].flatten().cpu() for n in ref_p]),
-                                      torch.cat([g.flatten() for g in ref_p.values()]))))
+                param_grads=_relative(
+                    torch.cat([p_grad[n].flatten().cpu() for n in ref_p]),
+                    torch.cat([g.flatten() for g in ref_p.values()]))))
     return rows
 
 
@@ -109,7 +111,8 @@ def amp_training(device: str, iters: int) -> List[dict]:
             for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
                 cfg[loader].dataset.data_root = str(data)
             cfg.work_dir = str(Path(folder) / dtype)
-            cfg.train_cfg = dict(by_epoch=False, max_iters=iters, val_interval=iters + 1)
+            cfg.train_cfg = dict(by_epoch=False, max_iters=iters,
+                                 val_interval=iters + 1)
             cfg.param_scheduler = None
             cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None
             cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=-1,
@@ -190,8 +193,9 @@ def main(argv=None) -> int:
     failed = False
 
     rows = numerics(args.device, size)
-    print(f'\nForward and backward, float32 on the device against float64 on the CPU, '
-          f'{size[0]} x {size[1]}, largest relative difference (tolerance {TOLERANCE}):')
+    print(f'\nForward and backward, float32 on the device against float64 on the '
+          f'CPU, {size[0]} x {size[1]}, largest relative difference (tolerance '
+          f'{TOLERANCE}):')
     print('| backbone | feature maps | input gradient | parameter gradients |')
     print('|---|---|---|---|')
     for r in rows:
@@ -204,8 +208,8 @@ def main(argv=None) -> int:
     print('| dtype | iterations | first loss | last loss | all finite |')
     print('|---|---|---|---|---|')
     for r in rows:
-        print(f"| {r['dtype']} | {r['iterations']} | {r['first']:.3f} | {r['last']:.3f} "
-              f"| {'yes' if r['finite'] else 'NO'} |")
+        print(f"| {r['dtype']} | {r['iterations']} | {r['first']:.3f} "
+              f"| {r['last']:.3f} | {'yes' if r['finite'] else 'NO'} |")
         failed |= not r['finite']
 
     rows = speed(args.device, repeats, args.quick)

@@ -9,11 +9,12 @@ from .peers import (
                     SpatialReductionAttention,
 )
 from .soft_attention import SOFTAttention
-from .token_mixer import TokenMixer, build_token_mixer, check_tokens
+from .token_mixer import TokenMixer, build_token_mixer, check_tokens, token_mixer_names
 
 __all__ = [
     'SOFTAttention', 'SoftmaxAttention2d', 'SpatialReductionAttention',
     'PerformerAttention', 'NystromAttention', 'FocusedLinearAttention',
     'AgentAttention', 'TokenMixer', 'build_token_mixer', 'check_tokens',
+    'token_mixer_names',
     'attention_row', 'inverse_residual'
 ]

@@ -11,6 +11,7 @@ from torch import Tensor
 from mmsoft.ops import (
     NEWTON_VARIANTS,
     InverseCfg,
+    InverseSlot,
     exact_gaussian_attention,
     exporting,
     soft_lowrank_attention,
@@ -88,12 +89,14 @@ class SOFTAttention(TokenMixer):
             landmark grid is average-pooled down to at most this many cells
             (aspect ratio kept), so the cost stays linear in N at large
             inputs. Defaults to None (no cap, as released).
-        inverse (dict | InverseCfg, optional): How ``pinv(A2)`` is computed:
-            the fields of :class:`mmsoft.ops.InverseCfg` (``method``,
-            ``num_iters``, ``reg``, ``backoff``, ``use_eig``) or
-            ``variant='ridge'``/``'backoff'``; ``normalize`` is set above.
-            Defaults to None: ``InverseCfg()``, 20 Newton steps on
-            ``A2 + 0.01 I``.
+        inverse (dict | InverseCfg | InverseSlot, optional): How
+            ``pinv(A2)`` is computed: the fields of
+            :class:`mmsoft.ops.InverseCfg` (``method``, ``num_iters``,
+            ``reg``, ``backoff``, ``use_eig``) or ``variant='ridge'``/
+            ``'backoff'``; ``normalize`` is set above. A SOFT backbone passes
+            the :class:`mmsoft.ops.InverseSlot` all its layers share (its
+            ``normalize`` must agree). Defaults to None: ``InverseCfg()``,
+            20 Newton steps on ``A2 + 0.01 I``.
         mode (str): ``'lowrank'`` or ``'exact'`` (the full N x N kernel the
             low-rank product approximates; quadratic memory, for tests and
             small inputs). ``'exact'`` uses no landmarks and no inverse, so
@@ -169,7 +172,7 @@ class SOFTAttention(TokenMixer):
                 raise ValueError(f"mode='exact' is the full N x N kernel without "
                                  f'landmarks or inverse; it does not use {unused}. '
                                  'Remove them or use the default low-rank mode.')
-        if not isinstance(inverse, (dict, InverseCfg, type(None))):
+        if not isinstance(inverse, (dict, InverseCfg, InverseSlot, type(None))):
             fields = [f.name for f in dataclasses.fields(InverseCfg)
                       if f.name != 'normalize'] + ['variant']
             raise TypeError(
@@ -185,7 +188,12 @@ class SOFTAttention(TokenMixer):
         self.sr_ratio = sr_ratio
         self.landmark = landmark
         self.max_landmarks = max_landmarks
-        self.inverse = InverseCfg.build(inverse, normalize=normalize)
+        if not isinstance(inverse, InverseSlot):
+            inverse = InverseSlot(InverseCfg.build(inverse, normalize=normalize))
+        elif inverse.cfg.normalize != normalize:
+            raise ValueError(f'normalize={normalize} disagrees with the shared '
+                             f'inverse {inverse.cfg}.')
+        self.inverse_slot = inverse
         self.mode = mode
         self.chunk_size = chunk_size
         self.impl = impl
@@ -211,6 +219,27 @@ class SOFTAttention(TokenMixer):
         return (f'sr_ratio={self.sr_ratio}, landmark={self.landmark!r}, '
                 f'mode={self.mode!r}, max_landmarks={self.max_landmarks}, '
                 f'inverse={self.inverse}')
+
+    def landmark_grid(self, height: int, width: int) -> Optional[Tuple[int, int]]:
+        """The landmark grid ``(rows, cols)`` for a token grid of that size, as
+        :meth:`landmarks` makes it (None in ``'exact'`` mode).
+
+        Args:
+            height (int): Token grid rows H.
+            width (int): Token grid columns W.
+
+        Returns:
+            tuple[int, int] | None: ``floor(H / r) x floor(W / r)``, one
+            landmark for a map smaller than ``r`` on a side, capped by
+            ``max_landmarks``.
+        """
+        if self.mode == 'exact':
+            return None
+        r = self.sr_ratio
+        grid = (1, 1) if height < r or width < r else (height // r, width // r)
+        if self.max_landmarks is not None:
+            grid = capped_grid(*grid, self.max_landmarks)
+        return grid
 
     def landmarks(self, q_map: Tensor) -> Tensor:
         """Landmark tokens from query maps.
@@ -251,6 +280,12 @@ class SOFTAttention(TokenMixer):
                     tokens, norm.normalized_shape, norm.weight.to(tokens.dtype),
                     norm.bias.to(tokens.dtype), norm.eps))
         return tokens
+
+    @property
+    def inverse(self) -> InverseCfg:
+        """The inverse in force (from :attr:`inverse_slot`, which a SOFT
+        backbone shares between its layers)."""
+        return self.inverse_slot.cfg
 
     def queries(self, x: Tensor) -> Tensor:
         """Query projection in at least float32, even under autocast.

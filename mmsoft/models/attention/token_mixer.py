@@ -15,7 +15,7 @@ or one of the peers it is compared with. The contract:
   but still checks the tokens with :func:`check_tokens`.
 """
 import inspect
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from mmengine.model import BaseModule
 from mmengine.registry import DefaultScope
@@ -79,6 +79,13 @@ class TokenMixer(BaseModule):
         check_tokens(x, hw_shape, self.embed_dims)
 
 
+def token_mixer_names() -> List[str]:
+    """The registered token mixers (every subclass of :class:`TokenMixer` in
+    mmsoft's registry), in registration order."""
+    return [name for name, cls in MODELS.module_dict.items()
+            if isinstance(cls, type) and issubclass(cls, TokenMixer)]
+
+
 def declared_arguments(cls: type) -> Tuple[str, ...]:
     """Names of the keyword arguments ``cls``'s constructor declares."""
     params = inspect.signature(cls.__init__).parameters.values()
@@ -119,11 +126,8 @@ def build_token_mixer(cfg: dict, embed_dims: int, num_heads: int,
             cls = MODELS.get(mixer_type)
         if cls is None:
             raise KeyError(f'Token mixer {mixer_type!r} is not registered; '
-                           "register it with mmsoft.registry.register_model or "
-                           "use one of SOFTAttention, SoftmaxAttention2d, "
-                           'SpatialReductionAttention, PerformerAttention, '
-                           'NystromAttention, FocusedLinearAttention, '
-                           'AgentAttention.')
+                           'register it with mmsoft.registry.register_model or '
+                           f'use one of {", ".join(token_mixer_names())}.')
     else:
         cls = mixer_type
     declared = declared_arguments(cls)

@@ -7,11 +7,12 @@ import torch.nn as nn
 from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
+from mmengine.registry import DefaultScope
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmsoft.ops import InverseCfg, in_graph
-from mmsoft.registry import register_model
+from mmsoft.ops import InverseCfg, InverseSlot, in_graph
+from mmsoft.registry import MODELS, register_model
 
 from ..attention.soft_attention import SOFTAttention
 from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
@@ -25,6 +26,30 @@ STAGE_KINDS = (SOFTStage, SOFTStage, SOFTStage, ClassTokenStage)
 OUT_TYPES = ('cls_token', 'featmap')
 MIN_INPUT_SIZE = 32
 STRIDES = (4, 8, 16, 32)
+
+
+def _shared_inverse(attn_cfg: dict, newton: Optional[str],
+                    normalize: bool) -> Optional[InverseSlot]:
+    """The inverse of every SOFT attention layer, resolved once: the Newton
+    variant ``newton``, else the attention config's ``inverse`` (taken out of
+    ``attn_cfg``), with the arch's SOFT-Norm setting; None for other mixers,
+    for ``mode='exact'`` and for settings the layer will refuse with its own
+    message."""
+    mixer = attn_cfg.get('type')
+    if isinstance(mixer, str):
+        with DefaultScope.overwrite_default_scope('mmsoft'):
+            mixer = MODELS.get(mixer)
+    if not (isinstance(mixer, type) and issubclass(mixer, SOFTAttention)
+            and attn_cfg.get('mode', 'lowrank') != 'exact'):
+        return None
+    settings = attn_cfg.get('inverse')
+    if not isinstance(settings, (dict, InverseCfg, type(None))) or (
+            isinstance(settings, dict) and 'normalize' in settings):
+        return None
+    attn_cfg.pop('inverse', None)
+    if newton is not None:
+        settings = InverseCfg.from_variant(newton)
+    return InverseSlot(InverseCfg.build(settings, normalize=normalize))
 
 
 def _half(size: int, times: int) -> int:
@@ -188,9 +213,9 @@ class SOFT(BaseModule):
         if newton is not None and 'inverse' in attn_cfg:
             raise ValueError('Set the inverse once: newton= on SOFT or inverse= in '
                              'attn_cfg, not both.')
-        inverse = None if newton is None else InverseCfg.from_variant(newton)
         # A choice in the config wins over the one a checkpoint records.
         self.newton_from_config = newton is not None or 'inverse' in attn_cfg
+        self.inverse_slot = _shared_inverse(attn_cfg, newton, s['normalize'])
         dpr = torch.linspace(0, drop_path_rate, sum(self.depths)).tolist()
         # Only stages up to the last one used are built (no unused parameters).
         self.num_stages = 4 if out_type == 'cls_token' else max(self.out_indices) + 1
@@ -209,7 +234,7 @@ class SOFT(BaseModule):
                     sr_ratio=s['sr_ratios'][i], conv_size=s['conv_sizes'][i],
                     stem_channels=s['stem_channels'] if i == 0 else None,
                     drop_path_mode=drop_path_mode, attn_cfg=attn_cfg,
-                    normalize=s['normalize'], inverse=inverse, **common)
+                    normalize=s['normalize'], inverse=self.inverse_slot, **common)
             else:
                 stage = STAGE_KINDS[i](**common)
             self.stages.append(stage)
@@ -229,19 +254,27 @@ class SOFT(BaseModule):
         return [m for m in self.modules() if isinstance(m, SOFTAttention)]
 
     @property
+    def inverse(self) -> Optional[InverseCfg]:
+        """The inverse all SOFT attention layers share, or None without SOFT
+        attention."""
+        return None if self.inverse_slot is None else self.inverse_slot.cfg
+
+    @property
     def newton(self) -> Optional[str]:
         """``'ridge'`` or ``'backoff'``: the Newton variant of the SOFT
         attention layers, or None when they have none (another inverse, or
         no SOFT attention)."""
-        variants = {attn.inverse.variant for attn in self.soft_attentions}
-        return variants.pop() if len(variants) == 1 else None
+        return None if self.inverse is None else self.inverse.variant
 
     def use_newton(self, variant: str) -> None:
-        """Switch every SOFT attention layer to the Newton ``variant``."""
+        """Switch the shared inverse of the SOFT attention layers to the
+        Newton ``variant`` (one assignment: the layers read the slot)."""
+        if self.inverse_slot is None:
+            raise ValueError(f'use_newton({variant!r}): this SOFT has no SOFT '
+                             'attention layers.')
         settings = InverseCfg.from_variant(variant)
-        for attn in self.soft_attentions:
-            attn.inverse = attn.inverse.replace(reg=settings.reg,
-                                                backoff=settings.backoff)
+        self.inverse_slot.cfg = self.inverse.replace(reg=settings.reg,
+                                                     backoff=settings.backoff)
         self.newton_variant.fill_(NEWTON_CODES[variant])
 
     @classmethod
@@ -309,6 +342,43 @@ class SOFT(BaseModule):
     def out_strides(self) -> List[int]:
         """Stride of each output map relative to the input, in output order."""
         return [STRIDES[i] for i in self.out_indices]
+
+    # ---------------------------------------------------------------- geometry
+    # What deployment and necks need to know about the shapes, published here
+    # (as detectron2's Backbone.output_shape() and size_divisibility) so that
+    # nobody recomputes them from the stages' internals.
+    min_input_size = MIN_INPUT_SIZE
+    """Smallest height and width the backbone accepts."""
+    size_divisibility = 1
+    """Inputs need no padding: every stage rounds its size up."""
+
+    def output_shape(self) -> Dict[str, Dict[str, int]]:
+        """``{'stage<i>': dict(channels, stride)}`` of each output, in order."""
+        return {f'stage{i}': dict(channels=self.embed_dims[i], stride=STRIDES[i])
+                for i in self.out_indices}
+
+    def stage_grids(self, height: int, width: int) -> List[Tuple[int, int]]:
+        """Token grid ``(H, W)`` of each built stage for an input of that size."""
+        return [(_half(height, 2 + i), _half(width, 2 + i))
+                for i in range(self.num_stages)]
+
+    def landmark_grids(self, height: int,
+                       width: int) -> List[Optional[Tuple[int, int]]]:
+        """Landmark grid of each built stage's SOFT attention for an input of
+        that size (None for stages without it); see
+        :meth:`SOFTAttention.landmark_grid`."""
+        grids = []
+        for stage, grid in zip(self.stages, self.stage_grids(height, width)):
+            attn = next((m for m in stage.modules() if isinstance(m, SOFTAttention)),
+                        None)
+            grids.append(None if attn is None else attn.landmark_grid(*grid))
+        return grids
+
+    @property
+    def max_landmarks(self) -> Optional[int]:
+        """The cap on landmarks of the SOFT attention layers, or None."""
+        caps = {m.max_landmarks for m in self.soft_attentions}
+        return None if caps == {None} or not caps else min(c for c in caps if c)
 
     # ------------------------------------------------------------ init & modes
     def init_weights(self) -> None:
