@@ -14,8 +14,10 @@ from .execution import (
     in_graph,
     newton_node,
     newton_route,
+    tile_elements,
     use_newton_node,
     use_newton_route,
+    use_tile_elements,
     use_work_split,
     work_split,
 )
@@ -45,7 +47,8 @@ from .lowrank_attention import (
 __all__ = [
     'export_path', 'exporting', 'in_graph', 'NEWTON_ROUTES', 'newton_route',
     'newton_node', 'use_newton_node',
-    'use_newton_route', 'work_split', 'use_work_split',
+    'use_newton_route', 'work_split', 'use_work_split', 'tile_elements',
+    'use_tile_elements',
     'gaussian_kernel', 'half_neg_squared_distance', 'squared_distance',
     'newton_apply', 'newton_inverse', 'newton_iterate', 'newton_iterate_eig',
     'newton_residual', 'prefers_eig', 'regularised', 'backoff_initial_scale',

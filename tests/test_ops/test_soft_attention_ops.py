@@ -10,6 +10,7 @@ from mmsoft.ops import (
     soft_lowrank_attention,
     soft_reference_attention,
     squared_distance,
+    use_tile_elements,
 )
 
 
@@ -110,6 +111,36 @@ def test_tiles_without_autograd_equal_the_autograd_path(monkeypatch, tile_elemen
         torch.testing.assert_close(tiled, graph.detach(), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(tiled, soft_reference_attention(
             q, k, v, InverseCfg(normalize=normalize)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('tile_elements', [1, 3 * 12 * 7, 10**9])
+@pytest.mark.parametrize('normalize', [False, True])
+def test_tiled_backward_is_autograd_through_the_plain_formula(tile_elements,
+                                                              normalize):
+    # The backward recomputes each tile's kernel instead of storing it; in
+    # float64 it must be autograd's gradient of A1 P A1^T v to rounding, for
+    # 1-row tiles, a short last tile and one tile.
+    q, k, v = (t.double().requires_grad_() for t in inputs())
+    k.data[:, 0] = q.data[:, 3]  # a landmark on a query: an exponent of 0
+    cfg = InverseCfg(normalize=normalize)
+    grad = torch.randn_like(v)
+    with use_tile_elements(tile_elements):
+        out = soft_lowrank_attention(q, k, v, cfg)
+        grads = torch.autograd.grad(out, (q, k, v), grad)
+    a1 = gaussian_kernel(q, k)
+    plain = a1 @ bottleneck_inverse(gaussian_kernel(k, k), cfg) @ (
+        a1.transpose(-2, -1) @ v)
+    torch.testing.assert_close(out, plain, rtol=1e-12, atol=1e-12)
+    for ours, ref in zip(grads, torch.autograd.grad(plain, (q, k, v), grad)):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_tiled_backward_passes_gradcheck():
+    q, k, v = (t.double().requires_grad_() for t in inputs(batch=2, n=30, m=6, d=4))
+    with use_tile_elements(2 * 6 * 7):
+        assert torch.autograd.gradcheck(
+            lambda *x: soft_lowrank_attention(*x, InverseCfg(num_iters=60, reg=0.1)),
+            (q, k, v), eps=1e-6, atol=1e-6)
 
 
 def test_lowrank_with_all_tokens_as_landmarks_is_nearly_exact():

@@ -108,13 +108,14 @@ class SOFTAttention(TokenMixer):
             the kernel attention and the value convolution, for comparisons;
             same parameters and function, never chunked). Defaults to
             ``'fast'``.
-        chunk_size (int | str | None): Fast path: evaluate the low-rank
-            product in chunks of this many tokens, recomputing them in the
-            backward instead of storing the N x m kernel (with autograd;
-            without it the product always runs in cache-sized tiles).
-            ``'auto'`` chunks only when one N x m kernel per batch would
-            exceed 2^26 elements, then in chunks of 2^22 elements; None never
-            chunks. Defaults to ``'auto'``.
+        chunk_size (int | str | None): Fast path under ``torch.compile``
+            with autograd: evaluate the low-rank product in chunks of this
+            many tokens, recomputing them in the backward instead of storing
+            the N x m kernel (in eager mode the product always runs in
+            cache-sized tiles, forward and backward). ``'auto'`` chunks only
+            when one N x m kernel per batch would exceed 2^26 elements, then
+            in chunks of 2^22 elements; None never chunks. Defaults to
+            ``'auto'``.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
 
     Examples:
