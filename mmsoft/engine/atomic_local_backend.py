@@ -5,8 +5,7 @@ A file is written to a hidden temporary next to it, named
 A process killed while writing leaves that temporary behind;
 :func:`remove_stale_temporaries` deletes the ones whose writer is gone, and
 runs after every save (and when a run resumes), so they never pile up.
-Whether ``import mmsoft`` makes mmengine write local files this way is
-decided in :mod:`mmsoft.process_patches`.
+mmengine writes local files this way once :mod:`mmsoft.runtime` is imported.
 """
 import contextlib
 import os

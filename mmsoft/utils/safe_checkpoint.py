@@ -15,10 +15,9 @@ torch's allow-list:
 
 Anything else, such as a pickle that calls ``os.system``, is still refused.
 :func:`load_local_checkpoint` loads with that allow-list (added for the call
-only) and names the file in every refusal. Whether ``import mmsoft`` also adds
+only) and names the file in every refusal. :mod:`mmsoft.runtime` also adds
 the allow-list to torch process-wide and makes mmengine load local paths
-through :func:`load_local_checkpoint` is decided in
-:mod:`mmsoft.process_patches`.
+through :func:`load_local_checkpoint`.
 """
 import contextlib
 import os.path as osp
