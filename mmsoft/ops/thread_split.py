@@ -34,25 +34,30 @@ _POOL_LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=None)
 def _thread_local_setters() -> Tuple[Callable[[int], int], ...]:
-    """OpenMP's ``omp_set_num_threads`` (a per-thread setting) of the OpenMP
-    runtime torch loaded, and MKL's ``MKL_Set_Num_Threads_Local`` where torch
-    carries MKL; empty where no OpenMP runtime is found."""
+    """OpenMP's ``omp_set_num_threads`` (a per-thread setting) and, where
+    torch carries MKL, ``MKL_Set_Num_Threads_Local``, both as torch's own
+    ``libtorch_cpu`` resolves them (other packages may load OpenMP runtimes
+    of their own, e.g. scikit-learn's libgomp); empty where torch's OpenMP
+    runtime is not found."""
     try:
         with open('/proc/self/maps') as maps:
             paths = {line.split()[-1] for line in maps if '.so' in line}
     except OSError:
         return ()
+    libraries = sorted(p for p in paths
+                       if os.path.basename(p).startswith('libtorch_cpu'))
+    if not libraries:
+        return ()
+    # Looked up through torch's library handle, a symbol resolves in that
+    # library and then in the libraries it was linked against.
+    library = ctypes.CDLL(libraries[0])
     setters = []
-    for pattern, name, restype in (('libgomp', 'omp_set_num_threads', None),
-                                   ('libiomp', 'omp_set_num_threads', None),
-                                   ('libtorch_cpu', 'MKL_Set_Num_Threads_Local',
-                                    ctypes.c_int)):
-        for path in sorted(p for p in paths if pattern in os.path.basename(p)):
-            function = getattr(ctypes.CDLL(path), name, None)
-            if function is not None:
-                function.restype, function.argtypes = restype, [ctypes.c_int]
-                setters.append(function)
-                break
+    for name, restype in (('omp_set_num_threads', None),
+                          ('MKL_Set_Num_Threads_Local', ctypes.c_int)):
+        function = getattr(library, name, None)
+        if function is not None:
+            function.restype, function.argtypes = restype, [ctypes.c_int]
+            setters.append(function)
     has_openmp = any(s.__name__ == 'omp_set_num_threads' for s in setters)
     return tuple(setters) if has_openmp else ()
 

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mmsoft.ops import (
+    NEWTON_ROUTES,
     InverseCfg,
     gaussian_kernel,
     newton_apply,
@@ -14,8 +15,9 @@ from mmsoft.ops import (
     soft_lowrank_attention,
     solve_apply,
     solve_inverse,
+    use_newton_route,
 )
-from mmsoft.ops.newton_routes import MIN_MEASURED
+from mmsoft.ops.newton_routes import MIN_MEASURED, choose_route
 from mmsoft.ops.newton_spectral import newton_scalar_iterate
 
 
@@ -133,10 +135,16 @@ def test_eig_newton_in_float32_keeps_the_attention_output(normalize):
         assert (attend(use_eig, torch.float32) - ref).norm() / ref.norm() < 2e-5
 
 
-def test_newton_picks_a_decomposition_for_many_landmarks_on_cpu():
+def test_newton_takes_the_route_chosen_for_its_size_on_cpu():
     assert not prefers_eig(torch.zeros(2, MIN_MEASURED - 1, MIN_MEASURED - 1))
     a = kernel_matrix(2, 96).double()
-    torch.testing.assert_close(newton_inverse(a), newton_iterate_eig(a))
+    route = choose_route(a)  # measured on this machine for 96 landmarks
+    assert route in NEWTON_ROUTES and route != 'auto'
+    with use_newton_route(route):
+        forced = newton_inverse(a)
+    torch.testing.assert_close(newton_inverse(a), forced)
+    with use_newton_route('eigh'):
+        torch.testing.assert_close(newton_inverse(a), newton_iterate_eig(a))
     loop = newton_iterate(a)
     assert (newton_inverse(a) - loop).norm() / loop.norm() < 1e-6
 

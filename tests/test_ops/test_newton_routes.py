@@ -16,6 +16,7 @@ from mmsoft.ops import (
     newton_apply,
     newton_iterate,
     newton_routes,
+    thread_split,
     use_newton_route,
 )
 from mmsoft.ops.inverse import _column_sums_by_product, _column_sums_of_square
@@ -182,6 +183,10 @@ def test_a_damaged_or_foreign_cache_is_measured_anew(monkeypatch, tmp_path):
 def test_the_work_split_leaves_other_threads_thread_counts_alone():
     # Three threads: the pool grows to three workers during the calls below,
     # while another thread keeps reading its count and starting new threads.
+    # scikit-learn's OpenMP runtime is loaded too: the workers must set
+    # torch's own.
+    import sklearn.utils._openmp_helpers  # noqa: F401
+    thread_split._thread_local_setters.cache_clear()
     before = torch.get_num_threads()
     torch.set_num_threads(before + 1)
     counts = set()
