@@ -5,8 +5,10 @@
 # A size config sets `model.backbone.arch`, the checkpoint
 # (`model.backbone.init_cfg.checkpoint`) and `model.neck.in_channels` from
 # `soft_channels`.
-_base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', './soft_channels.py']
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
+_base_ = [
+    'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', './soft_channels.py',
+    './custom_imports.py'
+]
 
 model = dict(
     backbone=dict(

@@ -4,8 +4,10 @@
 # 8 GPUs x 2). A size config sets `model.backbone.arch`, the checkpoint
 # (`model.backbone.init_cfg.checkpoint`) and `model.neck.in_channels` from
 # `soft_channels`.
-_base_ = ['mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py', './soft_channels.py']
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
+_base_ = [
+    'mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py', './soft_channels.py',
+    './custom_imports.py'
+]
 
 model = dict(
     backbone=dict(

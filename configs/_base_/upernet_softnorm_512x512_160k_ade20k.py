@@ -7,9 +7,8 @@
 # `in_channels` from `soft_channels` and `soft_channels_s16`.
 _base_ = [
     'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
-    './soft_channels.py'
+    './soft_channels.py', './custom_imports.py'
 ]
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(
