@@ -7,72 +7,37 @@
 #   tools/dist_train.sh configs/retinanet_softnorm-tiny_fpn_6e_digit-scenes.py 2
 # From scratch instead (no init_cfg):
 #   --cfg-options model.backbone.init_cfg=None
-# What differs from the COCO config, for a 10-class task on 96 px scenes:
-# the data and classes; the classifier's pixel normalisation (grey scans,
-# mean 60, std 95), so the pretrained features see what they were trained
-# on; no flip (a mirrored digit is another shape); anchors half the COCO
-# size (16-25 px on the stride-8 level, for 20-40 px digits); neck and head
-# 128 wide with 2 convolutions instead of 256 and 4 (the head would
-# otherwise cost 3x the backbone at this size); lr 4e-4 for a batch of 16 with
-# a short warm-up and cosine decay over 6 epochs (the
-# 15-minute budget on two CPU processes).
-_base_ = ['./retinanet_softnorm-tiny_fpn_1x_coco.py']
+# The model, optimizer and runtime bases are those of
+# retinanet_softnorm-tiny_fpn_1x_coco.py; the data is
+# _base_/datasets/digit_scenes_detection.py, the checkpoint and pixel
+# normalisation those of the classifier (_base_/digits_classifier.py). What
+# differs from the COCO config, for a 10-class task on 96 px scenes: anchors
+# half the COCO size (16-25 px on the stride-8 level, for 20-40 px digits);
+# neck and head 128 wide with 2 convolutions instead of 256 and 4 (the head
+# would otherwise cost 3x the backbone at this size); lr 4e-4 for a batch of
+# 16 with a short warm-up and cosine decay over 6 epochs (the 15-minute
+# budget on two CPU processes).
+_base_ = [
+    './_base_/models/retinanet_softnorm_fpn.py',
+    './_base_/datasets/digit_scenes_detection.py',
+    './_base_/schedules/adamw_1x.py',
+    'mmdet::_base_/default_runtime.py',
+    './_base_/digits_classifier.py',
+]
 
-data_root = 'data/digit_scenes/'
-canvas = (96, 96)  # (height, width), as given to prepare_digit_scenes.py
-classes = tuple(str(d) for d in range(10))
-pretrained = 'work_dirs/softnorm_tiny_digits/epoch_30.pth'
 max_epochs = 6
-
 model = dict(
-    data_preprocessor=dict(mean=[60.0] * 3, std=[95.0] * 3, bgr_to_rgb=False),
-    backbone=dict(img_size=canvas[0], init_cfg=dict(checkpoint=pretrained)),
-    neck=dict(out_channels=128),
+    data_preprocessor=_base_.pixel_norm,
+    backbone=dict(arch='tiny-norm', img_size=_base_.canvas[0],
+                  init_cfg=dict(checkpoint=_base_.pretrained)),
+    neck=dict(in_channels=_base_.soft_channels.tiny, out_channels=128),
     bbox_head=dict(
-        num_classes=len(classes),
+        num_classes=len(_base_.classes),
         in_channels=128,
         feat_channels=128,
         stacked_convs=2,
         anchor_generator=dict(octave_base_scale=2)),
     test_cfg=dict(max_per_img=20))
-
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True),
-    dict(type='Resize', scale=canvas[::-1], keep_ratio=True),
-    dict(type='PackDetInputs'),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=canvas[::-1], keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True),
-    dict(type='PackDetInputs',
-         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
-]
-train_dataloader = dict(
-    batch_size=8,
-    num_workers=0,
-    persistent_workers=False,
-    batch_sampler=None,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=dict(classes=classes),
-        ann_file='annotations/instances_train.json',
-        data_prefix=dict(img='img_dir/train/'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=8,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=dict(classes=classes),
-        ann_file='annotations/instances_val.json',
-        data_prefix=dict(img='img_dir/val/'),
-        pipeline=test_pipeline))
-test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
-test_evaluator = val_evaluator
 
 optim_wrapper = dict(optimizer=dict(lr=4e-4), clip_grad=dict(max_norm=10.0))
 param_scheduler = [

@@ -3,8 +3,7 @@
 # whole pipeline without any download:
 #   python tools/dataset_converters/prepare_digits.py data/digits
 #   tools/dist_train.sh configs/soft_tiny_digits.py 2
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
+_base_ = ['mmpretrain::_base_/default_runtime.py', './_base_/custom_imports.py']
 
 data_root = 'data/digits'
 max_epochs = 30

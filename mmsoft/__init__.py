@@ -13,12 +13,16 @@ by ``tools/train.py`` and ``tools/test.py`` or named in a config's
 from mmengine.logging import print_log
 
 from . import engine, models  # noqa: F401  (registers the classes)
-from .registry import register_in_root_registry
+from .registry import register_in_root_registry, register_model_index
 from .version import __version__, version_info
 
 _taken = register_in_root_registry()
 if _taken:
     print_log(f'mmsoft: the root registry already holds {_taken}; use '
               "'mmsoft.<name>' for them", logger='current')
+_listed = register_model_index()
+if _listed:
+    print_log(f"mmsoft: mmpretrain's model listing already holds {_listed} for "
+              'other configs; they are left as they are', logger='current')
 
 __all__ = ['__version__', 'version_info']

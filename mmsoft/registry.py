@@ -16,10 +16,19 @@ root ``MODELS`` (:func:`register_in_root_registry`):
   without a scope to swap attentions in their own models.
 
 Nothing else of mmsoft goes there, and a name the root already holds is left
-as it is (use ``'mmsoft.<name>'``). Everything that changes a process beyond
-names is :mod:`mmsoft.runtime`, which a process opts into.
+as it is (use ``'mmsoft.<name>'``).
+
+``import mmsoft`` also lists mmsoft's classifiers in mmpretrain's model
+listing (:func:`register_model_index`), so ``mmpretrain.list_models('*soft*')``
+finds the classification configs of ``model-index.yml`` and
+``mmpretrain.get_model(name, pretrained=PATH)`` builds one. The detection and
+segmentation entries of that index are not mmpretrain models and stay out.
+
+Everything that changes a process beyond names is :mod:`mmsoft.runtime`,
+which a process opts into.
 """
-from typing import Any, List
+from pathlib import Path
+from typing import Any, List, Optional
 
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_CONSTRUCTORS
@@ -91,5 +100,84 @@ def register_in_root_registry() -> List[str]:
         if held is None:
             MMENGINE_MODELS.register_module(name=name, module=cls)
         elif held is not cls:
+            taken.append(name)
+    return taken
+
+
+# The task of the model-index entries that go into mmpretrain's listing.
+CLASSIFICATION = 'Image Classification'
+
+
+def find_model_index(package_dir: Optional[Path] = None) -> Optional[Path]:
+    """Where mmsoft's ``model-index.yml`` is, whatever the current directory.
+
+    OpenMMLab packages ship their configs and index in ``<package>/.mim/``;
+    a source checkout (``tools/setup.sh`` installs it editable) has them in
+    the repository next to the package.
+
+    Args:
+        package_dir (Path, optional): The ``mmsoft`` package folder. Defaults
+            to the one this module is in.
+
+    Returns:
+        Path | None: The index, or None where neither place has one (a
+        package installed without its configs).
+    """
+    package_dir = Path(package_dir or Path(__file__).resolve().parent)
+    for root in (package_dir / '.mim', package_dir.parent):
+        index = root / 'model-index.yml'
+        if index.is_file() and (root / 'configs' / 'metafile.yml').is_file():
+            return index
+    return None
+
+
+def register_model_index(index: Optional[Path] = None) -> List[str]:
+    """List mmsoft's classifiers in mmpretrain's model listing.
+
+    Called by ``import mmsoft``. Each ``Image Classification`` entry of the
+    index goes into mmpretrain's ``ModelHub`` with its config's absolute path,
+    as ``ModelHub.register_model_index`` does for a whole index (it has no
+    filter, so the entries are added the way it adds them). A config is read
+    only when ``get_model`` asks for it, and reading it imports its
+    ``custom_imports`` (:mod:`mmsoft.runtime` among them). Registering again
+    is harmless; a name mmpretrain already lists for another config is left
+    as it is.
+
+    Args:
+        index (Path, optional): A model-index file. Defaults to
+            :func:`find_model_index`.
+
+    Returns:
+        list[str]: The names left out because mmpretrain lists them for
+        another config.
+
+    Examples:
+        >>> import mmpretrain
+        >>> import mmsoft
+        >>> mmpretrain.list_models('softnorm_tiny')
+        ['softnorm_tiny_imagenet']
+        >>> register_model_index()  # again: nothing new, nothing taken
+        []
+    """
+    index = index or find_model_index()
+    if index is None:
+        return []
+    try:
+        from mmpretrain.apis.model import ModelHub
+        from modelindex.load_model_index import load
+    except ImportError:  # mmpretrain is not installed: nothing to list in
+        return []
+    model_index = load(str(index))
+    model_index.build_models_with_collections()
+    taken = []
+    for model in model_index.models:
+        if CLASSIFICATION not in {result.task for result in model.results or []}:
+            continue
+        name = model.name.lower()
+        model.config = str(Path(index).parent / model.config)
+        held = ModelHub._models_dict.get(name)
+        if held is None:
+            ModelHub._models_dict[name] = model
+        elif held.config != model.config:
             taken.append(name)
     return taken

@@ -5,8 +5,8 @@ _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
     'mmpretrain::_base_/default_runtime.py',
+    './custom_imports.py',
 ]
-custom_imports = dict(imports=['mmsoft'], allow_failed_imports=False)
 
 model = dict(
     type='ImageClassifier',

@@ -32,7 +32,8 @@ def load(name: str) -> Config:
 @pytest.mark.parametrize('name', CONFIGS)
 def test_imports_mmsoft_and_keeps_the_toolbox_scope(name):
     cfg = load(name)
-    assert cfg.custom_imports == dict(imports=['mmsoft'], allow_failed_imports=False)
+    assert cfg.custom_imports == dict(imports=['mmsoft', 'mmsoft.runtime'],
+                                      allow_failed_imports=False)
     expected = {'retinanet': 'mmdet', 'mask-rcnn': 'mmdet', 'upernet': 'mmseg'}
     assert cfg.default_scope == expected.get(name.split('_')[0], 'mmpretrain')
     assert cfg.model.backbone.type == 'SOFT'

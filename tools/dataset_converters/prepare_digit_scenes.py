@@ -18,8 +18,10 @@ One folder holds both layouts, sharing the images:
                                                 categories '0'-'9'
     OUT_DIR/scenes.json                         the settings that made it
 
-The same settings give the same files; a folder made with other settings
-is never overwritten.
+The class lists and the default canvas are those of the configs' dataset
+base, configs/_base_/datasets/digit_scenes.py, read from there so that the
+files and the configs agree. The same settings give the same files; a folder
+made with other settings is never overwritten.
 
 Example:
     python tools/dataset_converters/prepare_digit_scenes.py data/digit_scenes
@@ -33,13 +35,21 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+from mmengine.config import Config
 from PIL import Image
 
-CLASSES = tuple(str(d) for d in range(10))
-SEG_CLASSES = ('background', ) + CLASSES
+DATASET_BASE = (Path(__file__).resolve().parents[2] / 'configs' / '_base_' /
+                'datasets' / 'digit_scenes.py')
+_scenes = Config.fromfile(str(DATASET_BASE))
+CLASSES = tuple(_scenes.classes)  # COCO categories: category_id 1 + index
+SEG_CLASSES = tuple(_scenes.seg_classes)  # label-map values: index
 MASK_THRESHOLD = 128
-DEFAULTS = dict(seed=0, canvas=(96, 96), per_image=(2, 4), digit_size=(20, 40),
-                max_iou=0.2, num_train=1200, num_val=200)
+DEFAULTS = dict(seed=0, canvas=tuple(_scenes.canvas), per_image=(2, 4),
+                digit_size=(20, 40), max_iou=0.2, num_train=1200, num_val=200)
+if len(CLASSES) != 10 or SEG_CLASSES[1:] != CLASSES:
+    raise ValueError(f'{DATASET_BASE} must name the ten digits in order (classes) '
+                     'and the background followed by them (seg_classes): digit d '
+                     'is category d + 1 and label-map value d + 1.')
 
 
 def _split_indices(labels: np.ndarray) -> dict:
@@ -212,7 +222,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--seed', type=int, default=DEFAULTS['seed'],
                         help='random seed (default: 0)')
     parser.add_argument('--canvas', type=int, nargs=2, metavar=('H', 'W'),
-                        default=DEFAULTS['canvas'], help='canvas size (default: 96 96)')
+                        default=DEFAULTS['canvas'],
+                        help='canvas size (default: {} {}, the dataset base\'s)'.format(
+                            *DEFAULTS['canvas']))
     parser.add_argument('--per-image', type=int, nargs=2, metavar=('MIN', 'MAX'),
                         default=DEFAULTS['per_image'],
                         help='digits per scene (default: 2 4)')
