@@ -142,13 +142,17 @@ def _(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
 
 
 def _kernel_grads(q: Tensor, k: Tensor, rows: int, kernel_grad,
-                  other: Tensor, other_from_kernel) -> Tuple[Tensor, Tensor, Tensor]:
+                  other: Tensor, other_from_kernel,
+                  other_by_rows: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients of ``q`` and ``k`` through the kernel, and of the product's
     other input, tile by tile.
 
     For each tile, ``kernel_grad(start, stop)`` gives ``dL/dK`` of its rows
     and ``other_from_kernel(K, start, stop, acc)`` adds the tile's share of
-    the other input's gradient to ``acc`` (shaped like ``other``);
+    the other input's gradient to ``acc`` (shaped like ``other``). With
+    ``other_by_rows`` that gradient has a row per query (``v``'s), the tile
+    writes its rows and all spans share one ``acc``; else it sums over the
+    queries (``w``'s) and each span accumulates its own, summed at the end;
     ``dL/dX = dL/dK * K`` where the exponent ``X = -||q - k||^2 / 2`` was
     not clamped (``X <= 0``, as autograd's ``clamp_max`` passes it), then
     through the augmented points (``x.y - |x|^2/2 - |y|^2/2``) to ``q`` and
@@ -156,18 +160,19 @@ def _kernel_grads(q: Tensor, k: Tensor, rows: int, kernel_grad,
 
     Returns:
         tuple[Tensor, Tensor, Tensor]: ``dL/dq``, ``dL/dk`` and the other
-        input's gradient (summed over the workers' spans).
+        input's gradient.
     """
     q_aug, k_aug = augmented_points(q, k)
     k_aug_t = k_aug.transpose(-2, -1) * LOG2E
     batch, n, d = q.shape
     m = k.shape[-2]
     grad_q_aug = q_aug.new_empty(batch, n, d + 2)
+    shared_acc = torch.empty_like(other) if other_by_rows else None
 
     def span_grads(span: Tuple[int, int]) -> Tuple[Tensor, Tensor]:
         lo, hi = span
         grad_k_aug = q.new_zeros(batch, m, d + 2)
-        acc = torch.zeros_like(other)
+        acc = shared_acc if other_by_rows else torch.zeros_like(other)
         exponent = q.new_empty(batch * min(rows, hi - lo) * m)
         for start in range(lo, hi, rows):
             stop = min(start + rows, hi)
@@ -183,7 +188,8 @@ def _kernel_grads(q: Tensor, k: Tensor, rows: int, kernel_grad,
 
     parts = map_single_threaded(span_grads, _spans(q, rows))
     grad_k_aug = sum((p[0] for p in parts[1:]), parts[0][0])
-    grad_other = sum((p[1] for p in parts[1:]), parts[0][1])
+    grad_other = shared_acc if other_by_rows else sum(
+        (p[1] for p in parts[1:]), parts[0][1])
     grad_q = grad_q_aug[..., :d] - q * grad_q_aug[..., d:d + 1]
     grad_k = grad_k_aug[..., :d] - k * grad_k_aug[..., d + 1:d + 2]
     return grad_q, grad_k, grad_other
@@ -210,9 +216,8 @@ class _Project(Function):
         def grad_v(kernel: Tensor, start: int, stop: int, acc: Tensor) -> None:
             torch.bmm(kernel, grad_u, out=acc[:, start:stop])  # dv = K gu
 
-        grad_q, grad_k, grad_v_all = _kernel_grads(
-            q, k, _tile_rows(q, k), kernel_grad, torch.zeros_like(v), grad_v)
-        return grad_q, grad_k, grad_v_all
+        return _kernel_grads(q, k, _tile_rows(q, k), kernel_grad, v, grad_v,
+                             other_by_rows=True)
 
 
 class _Expand(Function):
@@ -236,8 +241,8 @@ class _Expand(Function):
         def grad_w(kernel: Tensor, start: int, stop: int, acc: Tensor) -> None:
             acc.baddbmm_(kernel.transpose(-2, -1), grad_out[:, start:stop])
 
-        return _kernel_grads(q, k, _tile_rows(q, k), kernel_grad,
-                             torch.zeros_like(w), grad_w)
+        return _kernel_grads(q, k, _tile_rows(q, k), kernel_grad, w, grad_w,
+                             other_by_rows=False)
 
 
 def project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
