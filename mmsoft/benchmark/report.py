@@ -1,8 +1,26 @@
 """Reporting of benchmark rows: the printed table, the summary and the plot."""
+import csv
 import math
 import statistics
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterable, List, Optional
+
+
+def write_csv(path: Path, rows: Iterable[Dict],
+              columns: Optional[List[str]] = None) -> None:
+    """Write ``rows`` to ``path`` as CSV with a header line.
+
+    Args:
+        path (Path): The file, created or replaced.
+        rows (Iterable[dict]): One dict per line.
+        columns (list[str], optional): The columns, in order. Defaults to
+            None: the keys of the first row.
+    """
+    rows = list(rows)
+    with open(path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=columns or list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def format_row(row: Dict) -> str:

@@ -36,7 +36,6 @@ Examples:
   python tools/analysis/benchmark.py --suite all --out-dir work_dirs/benchmark
 """
 import argparse
-import csv
 import os
 from pathlib import Path
 
@@ -54,6 +53,7 @@ from mmsoft.benchmark.cases import (  # noqa: F401  (the cases, for tests)
 from mmsoft.benchmark.report import (  # noqa: F401
     plot,
     summarise,
+    write_csv,
 )
 from mmsoft.benchmark.timing import matmul_peak, run_suites
 from mmsoft.utils.env import cpu_model
@@ -106,10 +106,7 @@ def main(argv=None) -> None:
     rows = run_suites(args)
     columns = ['kind', 'variant', 'size', 'tokens', 'forward_s', 'fwd_bwd_s',
                'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib']
-    with open(out_dir / 'benchmark.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out_dir / 'benchmark.csv', rows, columns)
     plot(rows, out_dir / 'benchmark.png')
     summary = [header] + summarise(rows, peak)
     (out_dir / 'summary.txt').write_text('\n'.join(summary) + '\n')

@@ -19,7 +19,6 @@ Examples:
   python tools/analysis/benchmark_detection.py --shape 800 1344 --no-train
 """
 import argparse
-import csv
 import os
 from pathlib import Path
 from typing import List
@@ -27,6 +26,7 @@ from typing import List
 import torch
 
 from mmsoft.benchmark.detection import BACKBONES, INVERSES, build_runs, case_names
+from mmsoft.benchmark.report import write_csv
 from mmsoft.benchmark.timing import matmul_peak, time_round_robin
 from mmsoft.ops import NEWTON_ROUTES
 from mmsoft.ops.newton_routes import format_route_report
@@ -89,10 +89,7 @@ def main(argv=None) -> List[dict]:
                   flush=True)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / 'detection.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out_dir / 'detection.csv', rows)
     print('\n' + header)
     print(format_route_report())
     print('| input | mode | backbone | wall s | CPU s | time / PVT-Tiny time |')

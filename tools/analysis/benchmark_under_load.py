@@ -19,7 +19,6 @@ Example:
   python tools/analysis/benchmark_under_load.py --threads 1 2 --loads 0 2
 """
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -89,6 +88,7 @@ def main(argv=None) -> List[dict]:
         worker(args.worker)
         return []
     from mmsoft.benchmark.background_load import busy_processes
+    from mmsoft.benchmark.report import write_csv
     from mmsoft.utils.env import cpu_model
     cells = [(t, p) for t in args.threads
              for p in (args.wait_policies if t > 1 else ['default'])]
@@ -107,10 +107,7 @@ def main(argv=None) -> List[dict]:
         r['slowdown'] = r['wall_s'] / idle[r['model'], r['threads'], r['policy']]
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / 'load.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out_dir / 'load.csv', rows)
     print(f'\nCPU: {cpu_model()}, {os.cpu_count()} logical cores; '
           f'{args.size[0]} x {args.size[1]}, forward, medians of {args.repeats}')
     print(f'| backbone | threads | OpenMP wait | busy processes | wall s | CPU s '

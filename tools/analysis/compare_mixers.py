@@ -25,7 +25,6 @@ Examples:
 """
 import argparse
 import copy
-import csv
 import json
 import os
 import statistics
@@ -39,6 +38,7 @@ from mmengine.config import Config, DictAction
 
 import mmsoft  # noqa: F401  (registers the mixers)
 from mmsoft.benchmark.cases import PEERS, attention_cfg
+from mmsoft.benchmark.report import write_csv
 from mmsoft.utils.env import cpu_model
 from mmsoft.utils.flops import measure_config
 
@@ -340,10 +340,7 @@ def main(argv=None) -> List[dict]:
                 print(f'{task} {mixer} seed {seed}: {spec["metric"]} '
                       f'{result.metric:.4g}', flush=True)
                 results.append(result)
-    with open(out_dir / 'runs.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(results[0])))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in results)
+    write_csv(out_dir / 'runs.csv', (asdict(r) for r in results))
     rows = summarise(results, costs)
     lines = [f'CPU: {cpu_model()}', ''] + markdown(rows)
     (out_dir / 'summary.md').write_text('\n'.join(lines))
