@@ -1,5 +1,4 @@
 """One training run per work dir: the lock file and what train.py does with it."""
-import importlib.util
 import json
 import os
 import socket
@@ -8,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.tools import load_tool
 
 from mmsoft.apis import WorkDirLock
 
@@ -66,15 +66,8 @@ def test_release_leaves_a_lock_of_another_process(tmp_path):
     assert (tmp_path / 'train.lock').exists()
 
 
-def load_train_tool():
-    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools/train.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_train_refuses_a_held_work_dir_and_a_temporary_as_checkpoint(tmp_path):
-    train = load_train_tool()
+    train = load_tool(REPO / 'tools/train.py', 'train_tool')
     config = str(REPO / 'configs' / 'soft_tiny_digits.py')
     with WorkDirLock(str(tmp_path)):
         with pytest.raises(RuntimeError, match='Another training run holds'):

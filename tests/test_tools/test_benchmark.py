@@ -1,9 +1,10 @@
 """tools/analysis/benchmark.py runs its smallest configurations end to end."""
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+from helpers.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,16 +51,12 @@ def test_backbone_suite_runs_peers_over_sizes(tmp_path):
     assert (tmp_path / 'benchmark.png').stat().st_size > 0
 
 
-def load_tool():
-    spec = importlib.util.spec_from_file_location(
-        'benchmark_tool', REPO / 'tools/analysis/benchmark.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def benchmark_tool():
+    return load_tool(REPO / 'tools/analysis/benchmark.py', 'benchmark_tool')
 
 
 def test_backbone_suite_pairs_each_size_with_its_reference():
-    tool = load_tool()
+    tool = benchmark_tool()
     args = tool.parse_args(['--suite', 'backbone', '--archs', 'tiny', 'small'])
     specs = tool.backbone_specs(args)
     assert [s['variant'] for s in specs] == [
@@ -73,7 +70,7 @@ def test_backbone_suite_pairs_each_size_with_its_reference():
 
 
 def test_suites_skip_quadratic_attentions_above_the_token_limit():
-    tool = load_tool()
+    tool = benchmark_tool()
     args = tool.parse_args(['--suite', 'backbone', '--sizes', '224', '512',
                             '--variants', 'soft', 'softmax-sdpa',
                             '--max-quadratic-tokens', '4096'])

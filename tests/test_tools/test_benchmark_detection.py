@@ -1,15 +1,13 @@
 """tools/analysis/benchmark_detection.py: every case timed, ratios to PVT-Tiny."""
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'analysis' / 'benchmark_detection.py'
-_spec = importlib.util.spec_from_file_location('benchmark_detection', SCRIPT)
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
+tool = load_tool(SCRIPT)
 
 
 def test_a_small_run_times_every_case_against_pvt(tmp_path, capsys):

@@ -1,15 +1,13 @@
 """tools/analysis/benchmark_under_load.py: both backbones timed in each cell."""
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'analysis' / 'benchmark_under_load.py'
-_spec = importlib.util.spec_from_file_location('benchmark_under_load', SCRIPT)
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
+tool = load_tool(SCRIPT)
 
 
 @pytest.mark.slow

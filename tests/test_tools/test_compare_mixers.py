@@ -1,17 +1,15 @@
 """tools/analysis/compare_mixers.py: real short trainings, a table, resumable."""
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'analysis' / 'compare_mixers.py'
-_spec = importlib.util.spec_from_file_location('compare_mixers', SCRIPT)
-compare = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(compare)
+compare = load_tool(SCRIPT)
 
 
 @pytest.fixture(scope='module')

@@ -3,7 +3,6 @@
 The scenes are made once per module at a small size; the checks read the
 written files the way mmdet and mmseg do, and compare them with the scans.
 """
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.tools import load_tool
 from PIL import Image
 from pycocotools import mask as mask_utils
 from sklearn.datasets import load_digits
@@ -19,15 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'dataset_converters' / 'prepare_digit_scenes.py'
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-scenes = _load(SCRIPT, 'prepare_digit_scenes')
-digits_tool = _load(SCRIPT.with_name('prepare_digits.py'), 'prepare_digits')
+scenes = load_tool(SCRIPT)
+digits_tool = load_tool(SCRIPT.with_name('prepare_digits.py'))
 SETTINGS = dict(seed=3, canvas=(64, 80), per_image=(2, 3), digit_size=(16, 28),
                 max_iou=0.1, num_train=24, num_val=12)
 

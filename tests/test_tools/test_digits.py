@@ -1,5 +1,4 @@
 """tools/dataset_converters/prepare_digits.py: the download-free demo dataset."""
-import importlib.util
 import subprocess
 import sys
 from collections import Counter
@@ -7,15 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.tools import load_tool
 from mmpretrain.datasets import CustomDataset
 from PIL import Image
 from sklearn.datasets import load_digits
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'dataset_converters' / 'prepare_digits.py'
-_spec = importlib.util.spec_from_file_location('prepare_digits', SCRIPT)
-prepare = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(prepare)
+prepare = load_tool(SCRIPT)
 
 
 @pytest.fixture(scope='module')

@@ -1,12 +1,11 @@
 """tools/analysis/gpu_check.py: without CUDA it says so; its code runs on CPU."""
-import importlib.util
 from pathlib import Path
+
+from helpers.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'analysis' / 'gpu_check.py'
-_spec = importlib.util.spec_from_file_location('gpu_check', SCRIPT)
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
+tool = load_tool(SCRIPT)
 
 
 def test_without_cuda_it_stops_with_a_clear_message(capsys, monkeypatch):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.tiny_datasets import make_ade20k, make_coco
+from helpers.tools import load_tool
 
 import mmsoft  # noqa: F401  (weights-only loading of mmengine checkpoints)
 
@@ -467,12 +468,8 @@ def start_dist_train(config, work, port, log):
 @pytest.mark.slow
 def test_sigkill_to_the_launcher_group_ends_the_workers_and_the_lock_refuses_a_resume(
         digits, tmp_path):
-    import importlib.util
-
     from mmsoft.apis import WorkDirLock
-    spec = importlib.util.spec_from_file_location('train_tool', REPO / 'tools/train.py')
-    train_tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_tool)
+    train_tool = load_tool(REPO / 'tools/train.py', 'train_tool')
     config = digits_config(tmp_path / 'cls.py', digits, epochs=50)
     work = tmp_path / 'work'
     with open(tmp_path / 'launcher.log', 'w') as log:

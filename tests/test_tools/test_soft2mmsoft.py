@@ -1,5 +1,4 @@
 """Released checkpoints convert to mmsoft and give the released model's logits."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import pytest
 import torch
 from helpers.logs import logged_messages
 from helpers.official_soft import official_forward, official_state_dict
+from helpers.tools import load_tool
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.runner import load_checkpoint
@@ -28,9 +28,7 @@ def run_tool(*args):
 
 def call_tool(*args):
     """The tool's ``main`` in this process: (exit status, error message)."""
-    spec = importlib.util.spec_from_file_location('soft2mmsoft', TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool(TOOL)
     try:
         tool.main([str(a) for a in args])
     except SystemExit as stop:

@@ -1,19 +1,12 @@
 """mmengine's ``compile`` setting: tools/train.py with a compiled train step."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.batchnorm import bias_before_batchnorm
+from helpers.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -21,8 +14,8 @@ def test_compiled_training_equals_eager(tmp_path):
     # Runner._maybe_compile wraps model.train_step in torch.compile with the
     # config's `compile` dict; aot_eager traces forward and backward as
     # inductor does, without generating code.
-    train = _load(REPO / 'tools' / 'train.py', 'train_for_compile')
-    prepare = _load(REPO / 'tools' / 'dataset_converters' / 'prepare_digits.py',
+    train = load_tool(REPO / 'tools' / 'train.py', 'train_for_compile')
+    prepare = load_tool(REPO / 'tools' / 'dataset_converters' / 'prepare_digits.py',
                     'prepare_digits_for_compile')
     prepare.prepare_digits(str(tmp_path / 'digits'))
     config = tmp_path / 'digits_compile.py'

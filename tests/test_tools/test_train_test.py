@@ -4,13 +4,13 @@ The runs train SOFT-Tiny for one short epoch on a slice of the digits set
 (the config of configs/soft_tiny_digits.py with a smaller sampler), then
 evaluate and resume from what they wrote.
 """
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.tools import load_tool
 from mmengine.config import Config
 from mmengine.optim import AmpOptimWrapper
 
@@ -19,20 +19,9 @@ from mmsoft.engine import CPUAmpOptimWrapper
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_tool(name: str):
-    """Import ``tools/<name>.py`` as a module, whatever the working directory."""
-    spec = importlib.util.spec_from_file_location(
-        f'tool_{name}', REPO / 'tools' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train_tool = load_tool('train')
-test_tool = load_tool('test')
-prepare_tool = importlib.util.module_from_spec(importlib.util.spec_from_file_location(
-    'prepare_digits', REPO / 'tools' / 'dataset_converters' / 'prepare_digits.py'))
-prepare_tool.__spec__.loader.exec_module(prepare_tool)
+train_tool = load_tool(REPO / 'tools' / 'train.py', 'tool_train')
+test_tool = load_tool(REPO / 'tools' / 'test.py', 'tool_test')
+prepare_tool = load_tool(REPO / 'tools' / 'dataset_converters' / 'prepare_digits.py')
 
 
 def log_text(work_dir: Path) -> str:

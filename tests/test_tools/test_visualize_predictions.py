@@ -1,9 +1,9 @@
 """tools/analysis/visualize_predictions.py: mmdet's and mmseg's visualisers on scenes."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.tools import load_tool
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from PIL import Image
@@ -13,15 +13,8 @@ import mmsoft  # noqa: F401
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load(REPO / 'tools' / 'analysis' / 'visualize_predictions.py')
-scenes = _load(REPO / 'tools' / 'dataset_converters' / 'prepare_digit_scenes.py')
+tool = load_tool(REPO / 'tools' / 'analysis' / 'visualize_predictions.py')
+scenes = load_tool(REPO / 'tools' / 'dataset_converters' / 'prepare_digit_scenes.py')
 
 
 @pytest.fixture(scope='module')
