@@ -454,13 +454,17 @@ def wait_for(condition, timeout: float) -> bool:
 
 
 def start_dist_train(config, work, port, log):
-    """dist_train.sh with 2 workers, in its own process group; the worker pids."""
+    """dist_train.sh with 2 workers, in its own process group, once training
+    has begun (past the process group's start, where a worker inside gloo's
+    connect holds the GIL); the worker pids."""
     proc = subprocess.Popen(
         [str(REPO / 'tools/dist_train.sh'), str(config), '2', '--work-dir', str(work)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, 'PORT': str(port), 'OMP_NUM_THREADS': '1'})
     started = wait_for(lambda: (work / 'train.lock').exists()
-                       and len(children(proc.pid)) == 2, 300)
+                       and len(children(proc.pid)) == 2
+                       and 'Checkpoints will be saved to' in Path(log.name).read_text(),
+                       300)
     assert started and proc.poll() is None, 'training did not start'
     return proc, children(proc.pid)
 
