@@ -19,7 +19,7 @@ import torch
 from helpers.tiny_datasets import make_ade20k, make_coco
 from helpers.tools import load_tool
 
-import mmsoft  # noqa: F401  (weights-only loading of mmengine checkpoints)
+import mmsoft.runtime  # noqa: F401  (weights-only loading of mmengine checkpoints)
 
 REPO = Path(__file__).resolve().parents[2]
 
