@@ -1,5 +1,10 @@
 """Process-group set-up and teardown of the entry points."""
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -66,3 +71,50 @@ def test_runs_in_one_process_get_their_own_experiment_names(tmp_path):
     named = tmp_path / 'named.py'
     named.write_text("experiment_name = 'mine'\n")
     assert load_config(str(named)).experiment_name == 'mine'
+
+
+WORKER = '''
+from mmsoft.apis import init_cpu_distributed, stop_with_launcher
+stop_with_launcher()
+print('joining', flush=True)
+init_cpu_distributed('pytorch')  # rank 0 of 2: waits for rank 1
+'''
+LAUNCHER = '''
+import subprocess, sys
+worker = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True)
+print(worker.pid, flush=True)
+worker.wait()
+'''
+
+
+def test_a_worker_waiting_for_its_group_ends_when_the_launcher_is_killed():
+    """A SIGKILLed launcher cannot end its workers; the launcher watch ends a
+    worker still waiting in init_process_group for a rank that never comes
+    (torch waits there without the GIL), not only one that trains."""
+    env = {**os.environ, 'TORCHELASTIC_RUN_ID': 'test', 'RANK': '0', 'WORLD_SIZE': '2',
+           'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(free_port())}
+    launcher = subprocess.Popen([sys.executable, '-c', LAUNCHER, WORKER], env=env,
+                                stdout=subprocess.PIPE, text=True)
+    worker = int(launcher.stdout.readline())
+    try:
+        assert launcher.stdout.readline().strip() == 'joining'
+        time.sleep(3)  # inside init_process_group
+        assert launcher.poll() is None and _alive(worker)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.time() + 20
+        while _alive(worker) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker)
+    finally:
+        if _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, awaiting its reaper, does not)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rpartition(')')[2].split()[0] != 'Z'
+    except OSError:
+        return False
