@@ -13,6 +13,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Dict, List
 
@@ -37,7 +38,8 @@ def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> floa
 
 
 def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
-                     backward: bool = False) -> Dict[str, Dict[str, float]]:
+                     backward: bool = False,
+                     split_cpu: bool = False) -> Dict[str, Dict[str, float]]:
     """Times of several cases, alternated so they share any load alike.
 
     Args:
@@ -46,22 +48,51 @@ def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
         repeats (int): Timed calls of each case, after one warm-up each.
         backward (bool): Time forward and backward (a training step) instead
             of the forward. Defaults to False.
+        split_cpu (bool): Also report ``split_cpu_s``. Defaults to False.
 
     Returns:
-        dict: Name to the medians of ``wall_s`` (seconds) and ``cpu_s`` (CPU
-        seconds of this process, all its threads, during the call).
+        dict: Name to the medians of ``wall_s`` (seconds), ``cpu_s`` (CPU
+        seconds of this process, all its threads, during the call) and, with
+        ``split_cpu``, ``split_cpu_s`` (the part spent by mmsoft's split
+        workers, :func:`split_worker_cpu_seconds`).
     """
     for run in runs.values():
         run(backward)  # warm-up
-    samples = {name: ([], []) for name in runs}
+    samples = {name: ([], [], []) for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
+            split = split_worker_cpu_seconds() if split_cpu else 0.0
             wall, cpu = time.perf_counter(), time.process_time()
             run(backward)
             samples[name][0].append(time.perf_counter() - wall)
             samples[name][1].append(time.process_time() - cpu)
-    return {name: dict(wall_s=statistics.median(w), cpu_s=statistics.median(c))
-            for name, (w, c) in samples.items()}
+            if split_cpu:
+                samples[name][2].append(split_worker_cpu_seconds() - split)
+    result = {name: dict(wall_s=statistics.median(w), cpu_s=statistics.median(c))
+              for name, (w, c, _) in samples.items()}
+    if split_cpu:
+        for name, (_, _, split) in samples.items():
+            result[name]['split_cpu_s'] = statistics.median(split)
+    return result
+
+
+def split_worker_cpu_seconds() -> float:
+    """CPU seconds used so far by the threads of mmsoft's work split
+    (:mod:`mmsoft.ops.thread_split`), from ``/proc`` (Linux; 0 elsewhere),
+    at clock-tick resolution."""
+    from mmsoft.ops.thread_split import WORKER_NAME
+    ticks = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
+    total = 0
+    for thread in threading.enumerate():
+        if not thread.name.startswith(WORKER_NAME) or thread.native_id is None:
+            continue
+        try:
+            with open(f'/proc/self/task/{thread.native_id}/stat') as f:
+                fields = f.read().rpartition(')')[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
 
 
 def peak_memory(spec: dict, backward: bool, device: str) -> float:

@@ -27,6 +27,8 @@ from .execution import eager_cpu, work_split
 T = TypeVar('T')
 R = TypeVar('R')
 
+WORKER_NAME = 'mmsoft-split'
+"""The name prefix of the split workers' threads."""
 _POOL: Optional[ThreadPoolExecutor] = None
 _POOL_KEY: Tuple[int, int] = (0, 0)  # (process id, workers) the pool was made for
 _POOL_LOCK = threading.Lock()
@@ -92,7 +94,7 @@ def _pool(workers: int) -> ThreadPoolExecutor:
                 _POOL.shutdown(wait=False)
             # A forked child inherits the executor but not its threads.
             threads = torch.get_num_threads()
-            _POOL = ThreadPoolExecutor(workers, thread_name_prefix='mmsoft-split',
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix=WORKER_NAME,
                                        initializer=_one_thread)
             started = threading.Barrier(workers + 1)
             for _ in range(workers):  # start every worker now, each once

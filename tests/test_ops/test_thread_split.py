@@ -1,6 +1,7 @@
 """Work split over single-threaded workers: same results, thread count restored."""
 import multiprocessing as mp
 import threading
+import time
 
 import pytest
 import torch
@@ -154,3 +155,19 @@ def test_a_forked_child_gets_its_own_workers(two_threads):
         child.kill()
         pytest.fail('parallel_eigh hung in a forked child')
     assert child.exitcode == 0 and queue.get(timeout=5) == 30
+
+
+def test_split_worker_cpu_counts_the_workers_and_not_the_caller(two_threads):
+    from mmsoft.benchmark.timing import split_worker_cpu_seconds
+
+    def spin(seconds):
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    map_single_threaded(spin, [0.0, 0.0])  # the workers exist
+    before = split_worker_cpu_seconds()
+    spin(0.5)  # the calling thread's CPU is not the workers'
+    assert split_worker_cpu_seconds() - before < 0.1
+    map_single_threaded(spin, [0.3, 0.3])
+    assert split_worker_cpu_seconds() - before >= 0.5

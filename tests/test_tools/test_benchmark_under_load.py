@@ -20,6 +20,8 @@ def test_a_small_run_times_both_backbones_under_load(tmp_path, capsys):
         ('pvt-tiny', 1), ('soft-norm-tiny', 1), ('soft-tiny', 1)]
     for r in rows:
         assert r['wall_s'] > 0 and r['cpu_s'] > 0 and r['slowdown'] == 1.0
+        assert 0 <= r['split_cpu_s'] <= r['cpu_s'] + 0.02  # clock-tick resolution
+    assert next(r for r in rows if r['model'] == 'pvt-tiny')['split_cpu_s'] == 0
     with open(tmp_path / 'load.csv') as f:
         assert len(list(csv.DictReader(f))) == 3
     out = capsys.readouterr().out

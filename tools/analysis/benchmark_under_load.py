@@ -12,8 +12,10 @@ one thread under each OpenMP wait policy (--wait-policies: the library's
 default, or OMP_WAIT_POLICY=PASSIVE, where idle threads sleep instead of
 spinning). Each (threads, policy, load) cell runs in a fresh process timing
 both backbones round-robin (one warm-up, then --repeats calls each; medians).
-Prints the CPU model, wall and CPU seconds and each cell's slowdown against
-the same cell without load; writes load.csv to --out-dir.
+Prints the CPU model, wall and CPU seconds (all threads, and the part spent
+by SOFT's split workers; the rest is the main thread and its OpenMP team) and
+each cell's slowdown against the same cell without load; writes load.csv to
+--out-dir.
 
 Example:
   python tools/analysis/benchmark_under_load.py --threads 1 2 --loads 0 2
@@ -65,7 +67,7 @@ def worker(payload: str) -> None:
     job = json.loads(payload)
     torch.set_num_threads(job['threads'])
     runs = {name: runner(build_backbone(name), 'auto', job['size']) for name in MODELS}
-    print(json.dumps(time_round_robin(runs, job['repeats'])))
+    print(json.dumps(time_round_robin(runs, job['repeats'], split_cpu=True)))
 
 
 def measure_cell(args, threads: int, policy: str) -> Dict[str, Dict[str, float]]:
@@ -111,12 +113,13 @@ def main(argv=None) -> List[dict]:
     print(f'\nCPU: {cpu_model()}, {os.cpu_count()} logical cores; '
           f'{args.size[0]} x {args.size[1]}, forward, medians of {args.repeats}')
     print(f'| backbone | threads | OpenMP wait | busy processes | wall s | CPU s '
-          f'| slowdown vs {min(args.loads)} busy |')
-    print('|---|---|---|---|---|---|---|')
+          f'| of which split workers | slowdown vs {min(args.loads)} busy |')
+    print('|---|---|---|---|---|---|---|---|')
     order = ('model', 'threads', 'policy', 'load')
     for r in sorted(rows, key=lambda r: tuple(r[k] for k in order)):
         print(f"| {r['model']} | {r['threads']} | {r['policy']} | {r['load']} | "
-              f"{r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['slowdown']:.2f}x |")
+              f"{r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['split_cpu_s']:.2f} | "
+              f"{r['slowdown']:.2f}x |")
     return rows
 
 
