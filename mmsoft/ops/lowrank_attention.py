@@ -19,6 +19,7 @@ Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
 - :func:`exact_gaussian_attention`: the full N x N kernel ``k(Q, Q) @ V``
   that the low-rank factorisation approximates.
 """
+import contextlib
 from typing import Optional
 
 import torch
@@ -31,7 +32,7 @@ from .bottleneck import (
     bottleneck_apply,
     bottleneck_inverse,
 )
-from .execution import compiling, exporting
+from .execution import compiling, eager_cpu, exporting
 from .gaussian_kernel import gaussian_kernel
 from .kernel_products import (
     _tile_rows,
@@ -40,6 +41,7 @@ from .kernel_products import (
     kernel_project,
     project,
 )
+from .thread_split import caller_on_one_thread
 
 
 def _at_least_float32(*tensors: Tensor) -> tuple:
@@ -90,7 +92,9 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
     out_dtype = v.dtype
-    with torch.autocast(device_type=q.device.type, enabled=False):
+    # Eager CPU only: the context changes thread settings (no graph op).
+    glue = caller_on_one_thread(q) if eager_cpu(q) else contextlib.nullcontext()
+    with torch.autocast(device_type=q.device.type, enabled=False), glue:
         q, k, v = _at_least_float32(q, k, v)
         a2 = gaussian_kernel(k, k)
 
@@ -190,7 +194,9 @@ def exact_gaussian_attention(q: Tensor, v: Tensor) -> Tensor:
         Tensor: (B, N, dv).
     """
     out_dtype = v.dtype
-    with torch.autocast(device_type=q.device.type, enabled=False):
+    # Eager CPU only: the context changes thread settings (no graph op).
+    glue = caller_on_one_thread(q) if eager_cpu(q) else contextlib.nullcontext()
+    with torch.autocast(device_type=q.device.type, enabled=False), glue:
         q, v = _at_least_float32(q, v)
         out = gaussian_kernel(q, q) @ v
     return out.to(out_dtype)

@@ -12,12 +12,13 @@ under two busy processes on two cores (the eigendecompositions alone from
 batch's matrices, a span of the kernel's rows) joins once per piece
 instead, and is as fast when idle.
 """
+import contextlib
 import ctypes
 import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from torch import Tensor
@@ -111,11 +112,50 @@ def split_workers(x: Tensor) -> int:
 
     torch's intra-op thread count for a CPU tensor in plain eager code
     (:func:`~.execution.eager_cpu`) while :func:`~.execution.work_split` is
-    on, else 1.
+    on (inside :func:`caller_on_one_thread`, the count outside it), else 1.
     """
     if not eager_cpu(x) or not work_split():
         return 1
-    return torch.get_num_threads()
+    return getattr(_CALLER, 'workers', None) or torch.get_num_threads()
+
+
+_CALLER = threading.local()  # workers: the split's size inside caller_on_one_thread
+
+
+@contextlib.contextmanager
+def caller_on_one_thread(x: Tensor) -> Iterator[None]:
+    """The calling thread runs its own torch operations on one thread, while
+    work on ``x`` is still split over :func:`split_workers` workers.
+
+    Between the split pieces of SOFT's attention the caller runs short
+    operations (the landmark kernel, the Newton step, augmented queries).
+    With torch's threads each is a parallel step whose threads join at its
+    end; on a shared machine one of them is often descheduled and its
+    partner spins until it returns, at every step. On one thread they never
+    wait for each other. Only the calling thread's own OpenMP (and MKL)
+    setting changes, as on the workers (:func:`_one_thread`), and is put
+    back on exit; a no-op where the work is not split or torch's OpenMP
+    runtime cannot be reached.
+
+    Args:
+        x (Tensor): A tensor of the work (:func:`split_workers` reads it).
+    """
+    workers = split_workers(x)
+    setters = _thread_local_setters()
+    if workers <= 1 or not setters or getattr(_CALLER, 'workers', None):
+        yield
+        return
+    restore = []
+    for setter in setters:
+        previous = setter(1)  # MKL's returns its previous local count
+        restore.append((setter, workers if previous is None else previous))
+    _CALLER.workers = workers
+    try:
+        yield
+    finally:
+        _CALLER.workers = None
+        for setter, value in restore:
+            setter(value)
 
 
 def _without_grad(fn: Callable[[T], R]) -> Callable[[T], R]:

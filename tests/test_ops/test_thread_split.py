@@ -12,8 +12,10 @@ from mmsoft.ops import (
     newton_iterate,
     newton_iterate_eig,
     soft_lowrank_attention,
+    use_work_split,
 )
 from mmsoft.ops.thread_split import (
+    caller_on_one_thread,
     map_single_threaded,
     parallel_eigh,
     row_spans,
@@ -171,3 +173,31 @@ def test_split_worker_cpu_counts_the_workers_and_not_the_caller(two_threads):
     assert split_worker_cpu_seconds() - before < 0.1
     map_single_threaded(spin, [0.3, 0.3])
     assert split_worker_cpu_seconds() - before >= 0.5
+
+
+def test_the_caller_runs_one_thread_while_the_split_keeps_its_workers(two_threads):
+    x = torch.zeros(4)
+    both_started = threading.Barrier(2, timeout=30)
+
+    def probe(_):
+        both_started.wait()  # deadlocks (BrokenBarrierError) if run one by one
+        return threading.get_ident()
+
+    other = []
+    with caller_on_one_thread(x):
+        assert torch.get_num_threads() == 1 and split_workers(x) == 2
+        with caller_on_one_thread(x):  # nested: no change, nothing restored early
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+        assert len(set(map_single_threaded(probe, [0, 1]))) == 2
+        thread = threading.Thread(target=lambda: other.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+    assert other == [2]  # other threads keep the process's count
+    assert torch.get_num_threads() == 2 and split_workers(x) == 2
+    with pytest.raises(RuntimeError, match='inside'):
+        with caller_on_one_thread(x):
+            raise RuntimeError('inside')
+    assert torch.get_num_threads() == 2
+    with use_work_split(False), caller_on_one_thread(x):  # no split: untouched
+        assert torch.get_num_threads() == 2
