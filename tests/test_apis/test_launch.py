@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from helpers.processes import ended, wait_for
 from helpers.threads import gloo_threads
 from mmengine.model import MMDistributedDataParallel
 
@@ -99,22 +100,10 @@ def test_a_worker_waiting_for_its_group_ends_when_the_launcher_is_killed():
     try:
         assert launcher.stdout.readline().strip() == 'joining'
         time.sleep(3)  # inside init_process_group
-        assert launcher.poll() is None and _alive(worker)
+        assert launcher.poll() is None and not ended(worker)
         launcher.kill()
         launcher.wait()
-        deadline = time.time() + 20
-        while _alive(worker) and time.time() < deadline:
-            time.sleep(0.2)
-        assert not _alive(worker)
+        assert wait_for(lambda: ended(worker), 20)
     finally:
-        if _alive(worker):
+        if not ended(worker):
             os.kill(worker, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, awaiting its reaper, does not)."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rpartition(')')[2].split()[0] != 'Z'
-    except OSError:
-        return False

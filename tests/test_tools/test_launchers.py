@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.processes import children, ended, wait_for
 from helpers.tiny_datasets import make_ade20k, make_coco
 from helpers.tools import load_tool
 
@@ -420,39 +421,6 @@ def test_slurm_scripts_check_their_counts(script, args, variable):
     assert f'usage: {REPO / "tools" / script}' in result.stderr
 
 
-def process_state(pid: int) -> str:
-    """'R', 'S', ... for a live process, 'Z' for a zombie, '' once it is gone."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0]
-    except OSError:
-        return ''
-
-
-def children(pid: int) -> list:
-    """The pids whose parent is ``pid``."""
-    found = []
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as f:
-                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid:
-                found.append(int(entry))
-    return found
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return condition()
-
-
 def start_dist_train(config, work, port, log):
     """dist_train.sh with 2 workers, in its own process group, once training
     has begun (past the process group's start, where a worker inside gloo's
@@ -486,13 +454,13 @@ def test_sigkill_to_the_launcher_group_ends_the_workers_and_the_lock_refuses_a_r
                 train_tool.main([str(config), '--work-dir', str(work), '--resume'])
             os.killpg(proc.pid, signal.SIGKILL)  # as a scheduler or `kill -9 -PGID`
             proc.wait()
-            ended = wait_for(lambda: all(process_state(p) in ('', 'Z') for p in workers),
+            all_ended = wait_for(lambda: all(ended(p) for p in workers),
                              120)
         finally:
             for pid in workers:
-                if process_state(pid) not in ('', 'Z'):
+                if not ended(pid):
                     os.kill(pid, signal.SIGKILL)
-    assert ended, (tmp_path / 'launcher.log').read_text()[-3000:]
+    assert all_ended, (tmp_path / 'launcher.log').read_text()[-3000:]
     assert 'the launcher (pid' in (tmp_path / 'launcher.log').read_text()
 
 
@@ -506,14 +474,14 @@ def test_sigterm_to_the_launcher_ends_every_worker(digits, tmp_path):
         try:
             proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID`
             proc.wait(timeout=120)
-            ended = wait_for(lambda: all(process_state(p) in ('', 'Z') for p in workers),
+            all_ended = wait_for(lambda: all(ended(p) for p in workers),
                              60)
         finally:
             for pid in workers:
-                if process_state(pid) not in ('', 'Z'):
+                if not ended(pid):
                     os.kill(pid, signal.SIGKILL)
     assert proc.returncode != 0
-    assert ended, (tmp_path / 'launcher.log').read_text()[-3000:]
+    assert all_ended, (tmp_path / 'launcher.log').read_text()[-3000:]
     # The killed run's lock is stale: the next run takes it over.
     lock = WorkDirLock(str(work))
     lock.acquire()
