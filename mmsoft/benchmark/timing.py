@@ -58,22 +58,20 @@ def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
     """
     for run in runs.values():
         run(backward)  # warm-up
-    samples = {name: ([], [], []) for name in runs}
+    samples: Dict[str, Dict[str, List[float]]] = {name: {} for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
             split = split_worker_cpu_seconds() if split_cpu else 0.0
             wall, cpu = time.perf_counter(), time.process_time()
             run(backward)
-            samples[name][0].append(time.perf_counter() - wall)
-            samples[name][1].append(time.process_time() - cpu)
+            taken = samples[name]
+            taken.setdefault('wall_s', []).append(time.perf_counter() - wall)
+            taken.setdefault('cpu_s', []).append(time.process_time() - cpu)
             if split_cpu:
-                samples[name][2].append(split_worker_cpu_seconds() - split)
-    result = {name: dict(wall_s=statistics.median(w), cpu_s=statistics.median(c))
-              for name, (w, c, _) in samples.items()}
-    if split_cpu:
-        for name, (_, _, split) in samples.items():
-            result[name]['split_cpu_s'] = statistics.median(split)
-    return result
+                taken.setdefault('split_cpu_s', []).append(
+                    split_worker_cpu_seconds() - split)
+    return {name: {key: statistics.median(values) for key, values in taken.items()}
+            for name, taken in samples.items()}
 
 
 def split_worker_cpu_seconds() -> float:
