@@ -16,6 +16,9 @@ gradients of the queries, landmarks and values come from the tile's kernel
 ``K``, the mask of its unclamped entries and the incoming gradient, in cache,
 never as an ``N x m`` tensor. Under ``torch.compile`` the forward products
 run as the operators ``mmsoft::kernel_project`` and ``mmsoft::kernel_expand``.
+
+The landmarks' own ``m x m`` kernel ``A2`` (:func:`landmark_kernel`) is
+split the same way, a part of the heads per worker.
 """
 from typing import Iterator, List, Tuple
 
@@ -25,7 +28,7 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 from .execution import tile_elements
-from .gaussian_kernel import augmented_points
+from .gaussian_kernel import augmented_points, gaussian_kernel
 from .thread_split import map_single_threaded, row_spans, split_workers
 
 
@@ -118,6 +121,39 @@ def kernel_expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
             torch.bmm(kernel, w, out=out[:, start:stop])
 
     map_single_threaded(expand, _spans(q, rows))
+    return out
+
+
+def landmark_kernel(k: Tensor) -> Tensor:
+    """``A2 = k(k, k)`` of a batch of landmark sets ``(B, m, d)``: ``(B, m, m)``.
+
+    :func:`~.gaussian_kernel.gaussian_kernel` itself, except that on CPU
+    without autograd the batch is cut into one part per
+    :func:`~.thread_split.split_workers` and each part's kernel (one matrix
+    product of augmented points, then the clamp and the exponential in place)
+    is computed on a single-threaded worker: the heads' kernels are whole
+    pieces, so the threads join once instead of after each of the three
+    operations.
+
+    Args:
+        k (Tensor): Landmarks (B, m, d).
+
+    Returns:
+        Tensor: (B, m, m).
+    """
+    parts = row_spans(k.shape[0], split_workers(k)) if k.dim() == 3 else []
+    if len(parts) <= 1 or (torch.is_grad_enabled() and k.requires_grad):
+        return gaussian_kernel(k, k)
+    out = k.new_empty(k.shape[0], k.shape[1], k.shape[1])
+
+    def fill(span: Tuple[int, int]) -> None:
+        lo, hi = span
+        k_aug, k_aug_other = augmented_points(k[lo:hi], k[lo:hi])
+        block = out[lo:hi]
+        torch.bmm(k_aug, k_aug_other.transpose(-2, -1), out=block)
+        block.clamp_max_(0).exp_()
+
+    map_single_threaded(fill, parts)
     return out
 
 

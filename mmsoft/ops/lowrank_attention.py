@@ -39,6 +39,7 @@ from .kernel_products import (
     expand,
     kernel_expand,
     kernel_project,
+    landmark_kernel,
     project,
 )
 from .thread_split import caller_on_one_thread
@@ -96,7 +97,7 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
     glue = caller_on_one_thread(q) if eager_cpu(q) else contextlib.nullcontext()
     with torch.autocast(device_type=q.device.type, enabled=False), glue:
         q, k, v = _at_least_float32(q, k, v)
-        a2 = gaussian_kernel(k, k)
+        a2 = landmark_kernel(k)
 
         def middle(u: Tensor) -> Tensor:
             return bottleneck_apply(a2, u, inverse, group)

@@ -128,14 +128,14 @@ def caller_on_one_thread(x: Tensor) -> Iterator[None]:
     work on ``x`` is still split over :func:`split_workers` workers.
 
     Between the split pieces of SOFT's attention the caller runs short
-    operations (the landmark kernel, the Newton step, augmented queries).
-    With torch's threads each is a parallel step whose threads join at its
-    end; on a shared machine one of them is often descheduled and its
-    partner spins until it returns, at every step. On one thread they never
-    wait for each other. Only the calling thread's own OpenMP (and MKL)
-    setting changes, as on the workers (:func:`_one_thread`), and is put
-    back on exit; a no-op where the work is not split or torch's OpenMP
-    runtime cannot be reached.
+    operations (the Newton step's scalars, the augmented queries, sums of
+    the split parts). With torch's threads each is a parallel step whose
+    threads join at its end; on a shared machine one of them is often
+    descheduled and its partner spins until it returns, at every step. On
+    one thread they never wait for each other. Only the calling thread's own
+    OpenMP (and MKL) setting changes, as on the workers (:func:`_one_thread`),
+    and is put back on exit; a no-op where the work is not split or torch's
+    OpenMP runtime cannot be reached.
 
     Args:
         x (Tensor): A tensor of the work (:func:`split_workers` reads it).

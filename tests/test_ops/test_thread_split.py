@@ -9,11 +9,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmsoft.ops import (
     InverseCfg,
+    gaussian_kernel,
     newton_iterate,
     newton_iterate_eig,
     soft_lowrank_attention,
     use_work_split,
 )
+from mmsoft.ops.kernel_products import landmark_kernel
 from mmsoft.ops.thread_split import (
     caller_on_one_thread,
     map_single_threaded,
@@ -136,6 +138,25 @@ def test_split_tiles_equal_one_thread(monkeypatch, tile_elements):
     finally:
         torch.set_num_threads(before)
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+
+def test_landmark_kernel_split_over_heads_is_the_gaussian_kernel(two_threads, monkeypatch):
+    import mmsoft.ops.kernel_products as kernel_products
+    k = torch.randn(5, 40, 8, generator=torch.Generator().manual_seed(0))
+    pieces = []
+
+    def spy(fn, items, **kwargs):
+        pieces.append(len(items))
+        return map_single_threaded(fn, items, **kwargs)
+
+    monkeypatch.setattr(kernel_products, 'map_single_threaded', spy)
+    with torch.no_grad():
+        split = landmark_kernel(k)
+    with_grad = landmark_kernel(k.clone().requires_grad_())
+    assert pieces == [2]  # the five heads in two parts, only without autograd
+    torch.testing.assert_close(split, gaussian_kernel(k, k), rtol=0, atol=0)
+    assert with_grad.grad_fn is not None
+    torch.testing.assert_close(with_grad.detach(), split, rtol=1e-6, atol=1e-7)
 
 
 def _eigh_in_child(a, queue):
