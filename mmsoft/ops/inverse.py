@@ -14,12 +14,13 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .execution import exporting, in_graph, newton_node
+from .execution import compiling, exporting, in_graph, newton_node
 from .newton_routes import DEFAULT_SPECTRAL, choose_route
 from .newton_spectral import (
     SpectralFactors,
     newton_scalar_iterate,
     spectral_apply,
+    spectral_solve,
     spectral_values,
 )
 from .regions import region
@@ -218,11 +219,15 @@ def _newton_factors(a: Tensor, num_iters: int, reg: float, backoff: bool,
         # Both routes read the lower triangle; a + reg I shifts the eigenvalues.
         eigvals, factors = spectral_values(a, route)
         eigvals = eigvals + reg
-        alpha = (backoff_initial_scale(regularised(a, reg), group) if backoff
-                 else newton_initial_scale(a))
-        start = alpha.reshape(-1, 1) * eigvals
+        start = _spectral_alpha(a, reg, backoff, group).reshape(-1, 1) * eigvals
         values = newton_scalar_iterate(eigvals, start, num_iters)
         return factors._replace(values=values)
+
+
+def _spectral_alpha(a: Tensor, reg: float, backoff: bool, group: int) -> Tensor:
+    """:func:`_initial_scale` for the spectral routes, which never form ``P``
+    but for the back-off, which reads it."""
+    return _initial_scale(a, regularised(a, reg) if backoff else a, backoff, group)
 
 
 def _spectral_route(a: Tensor) -> str:
@@ -270,6 +275,11 @@ class _NewtonApply(Function):
     @staticmethod
     def forward(ctx, a: Tensor, rhs: Tensor, num_iters: int, reg: float,
                 route: str, backoff: bool, group: int) -> Tensor:
+        if route != 'loop' and not compiling() and not any(ctx.needs_input_grad[:2]):
+            # No backward: each matrix's factors are used once, where made.
+            with torch.no_grad(), region('newton'):
+                alpha = _spectral_alpha(a, reg, backoff, group)
+                return spectral_solve(a, rhs, alpha, reg, num_iters, route)
         if route == 'loop':
             ctx.factors = newton_iterate(a, num_iters, reg, backoff, group)
         else:

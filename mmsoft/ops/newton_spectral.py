@@ -17,7 +17,9 @@ one decomposition and a few thin products instead of ``2 T`` products of
 
 Both cut a batch into one part per :func:`~.thread_split.split_workers` and
 solve each part on a single-threaded worker. Which is faster depends on the
-machine (:mod:`.newton_routes` measures it).
+machine (:mod:`.newton_routes` measures it). Where no backward needs the
+factors again, :func:`spectral_solve` decomposes and applies each matrix in
+one piece of work, with buffers of one matrix instead of the batch's.
 """
 import contextlib
 from typing import List, NamedTuple, Optional, Tuple
@@ -169,6 +171,62 @@ def _apply(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
 
     _map_over_batch(apply, rhs3.shape[0], rhs3, uses_lapack=True)
     return out_t.transpose(-2, -1)
+
+
+def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters: int,
+                   route: str) -> Tensor:
+    """``V_T @ rhs`` by route ``route``, one matrix at a time, keeping no factors.
+
+    The result of :func:`spectral_values`, :func:`newton_scalar_iterate` and
+    :func:`spectral_apply`, for when the factors are not needed again (no
+    backward): each matrix is decomposed, its ``v_T`` formed and applied to
+    its ``rhs`` in one piece of work on one worker, with buffers of one
+    matrix, which the worker's allocator reuses from matrix to matrix,
+    instead of ``(B, m, m)`` batches of eigenvectors and reflectors that are
+    mapped in fresh (and zeroed by the OS) at every call.
+
+    Args:
+        a (Tensor): Symmetric matrices ``(..., m, m)``, lower triangle read.
+        rhs (Tensor): ``(..., m, k)``.
+        alpha (Tensor): ``V_0 = alpha * P`` per matrix, ``B`` values in any
+            shape.
+        reg (float): Ridge added to the eigenvalues of ``a``.
+        num_iters (int): Newton steps ``T``.
+        route (str): One of :data:`SPECTRAL_ROUTES`.
+
+    Returns:
+        Tensor: Same shape and dtype as ``rhs``.
+    """
+    if route not in SPECTRAL_ROUTES:
+        raise ValueError(f'Unknown spectral route {route!r}; use one of '
+                         f'{SPECTRAL_ROUTES}.')
+    m = a.shape[-1]
+    a3 = a.detach().reshape(-1, m, m)
+    rhs3 = rhs.detach().reshape(-1, *rhs.shape[-2:])
+    alpha = alpha.detach().reshape(-1)
+    out = torch.empty_like(rhs3, memory_format=torch.contiguous_format)
+
+    def solve(indices: List[int]) -> None:
+        for i in indices:
+            if route == 'eigh':
+                values, u = torch.linalg.eigh(a3[i])
+            else:
+                house, diag, off, tau = lapack.tridiagonalize(a3[i])
+                values, z_t = lapack.tridiagonal_eigh(diag, off)
+            values = values + reg
+            v = newton_scalar_iterate(values, alpha[i] * values, num_iters)
+            v = v.to(rhs3.dtype).unsqueeze(-1)
+            if route == 'eigh':
+                u = u.to(rhs3.dtype)
+                torch.mm(u, v * (u.t() @ rhs3[i]), out=out[i])
+                continue
+            y = lapack.apply_q(house, tau, rhs3[i].t().contiguous(), True)
+            w = torch.mm(z_t, y.t()).mul_(v)
+            torch.mm(w.t(), z_t, out=y)
+            out[i] = lapack.apply_q(house, tau, y, False).t()
+
+    _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
+    return out.reshape(rhs.shape)
 
 
 @torch.library.custom_op('mmsoft::spectral_decompose', mutates_args=())

@@ -68,6 +68,26 @@ def test_every_route_is_the_float64_loop(variant, m, heads, duplicates):
         assert relative(y, y_ref) < 1e-6, route
         assert relative(rhs_in.grad, rhs_grad_ref) < 1e-6, route
         assert relative(a_in.grad, a_grad_ref) < 1e-6, route
+        with torch.no_grad():  # no backward: factors used where made
+            y_solved = newton_apply(a, rhs, route=route, group=2, **settings)
+        assert relative(y_solved, y_ref) < 1e-6, route
+
+
+@pytest.mark.parametrize('route', ROUTES[1:])
+def test_factors_are_kept_only_for_a_backward(route, monkeypatch):
+    from mmsoft.ops import inverse
+    solved = []
+    original = inverse.spectral_solve
+    monkeypatch.setattr(inverse, 'spectral_solve',
+                        lambda *args: solved.append(args[-1]) or original(*args))
+    a = landmark_kernels(3, 64)
+    rhs = torch.randn(3, 64, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y = newton_apply(a, rhs, route=route)
+    assert solved == [route]
+    y_grad = newton_apply(a, rhs.clone().requires_grad_(), route=route)
+    assert solved == [route] and y_grad.grad_fn is not None
+    torch.testing.assert_close(y_grad.detach(), y, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize('variant', list(VARIANTS))
