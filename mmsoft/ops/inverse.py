@@ -14,11 +14,11 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .execution import compiling, exporting, in_graph, newton_node
+from .execution import eager_cpu, exporting, in_graph, newton_node
 from .newton_routes import DEFAULT_SPECTRAL, choose_route
 from .newton_spectral import (
     SpectralFactors,
-    newton_scalar_iterate,
+    newton_spectrum,
     spectral_apply,
     spectral_solve,
     spectral_values,
@@ -218,10 +218,8 @@ def _newton_factors(a: Tensor, num_iters: int, reg: float, backoff: bool,
     with torch.no_grad(), region('newton'):
         # Both routes read the lower triangle; a + reg I shifts the eigenvalues.
         eigvals, factors = spectral_values(a, route)
-        eigvals = eigvals + reg
-        start = _spectral_alpha(a, reg, backoff, group).reshape(-1, 1) * eigvals
-        values = newton_scalar_iterate(eigvals, start, num_iters)
-        return factors._replace(values=values)
+        alpha = _spectral_alpha(a, reg, backoff, group).reshape(-1, 1)
+        return factors._replace(values=newton_spectrum(eigvals, alpha, reg, num_iters))
 
 
 def _spectral_alpha(a: Tensor, reg: float, backoff: bool, group: int) -> Tensor:
@@ -275,8 +273,9 @@ class _NewtonApply(Function):
     @staticmethod
     def forward(ctx, a: Tensor, rhs: Tensor, num_iters: int, reg: float,
                 route: str, backoff: bool, group: int) -> Tensor:
-        if route != 'loop' and not compiling() and not any(ctx.needs_input_grad[:2]):
-            # No backward: each matrix's factors are used once, where made.
+        if route != 'loop' and eager_cpu(a) and not any(ctx.needs_input_grad[:2]):
+            # No backward, eager on CPU: each matrix's factors are used once,
+            # where they are made.
             with torch.no_grad(), region('newton'):
                 alpha = _spectral_alpha(a, reg, backoff, group)
                 return spectral_solve(a, rhs, alpha, reg, num_iters, route)

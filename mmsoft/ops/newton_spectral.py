@@ -158,19 +158,42 @@ def _apply(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
     """:func:`spectral_apply` on a batch ``rhs3`` ``(B, m, k)``."""
     values = values.to(rhs3.dtype)
     if route == 'eigh':
-        u = vectors.to(rhs3.dtype)
-        return u @ (values.unsqueeze(-1) * (u.transpose(-2, -1) @ rhs3))
+        return _eigenvector_apply(vectors.to(rhs3.dtype), values, rhs3)
     out_t = rhs3.transpose(-2, -1).contiguous()  # (B, k, m): column-major (m, k)
 
     def apply(indices: List[int]) -> None:
         for i in indices:
-            y = lapack.apply_q(reflectors[i], tau[i], out_t[i], True)
-            w = torch.mm(vectors[i], y.t()).mul_(values[i].unsqueeze(-1))
-            torch.mm(w.t(), vectors[i], out=y)
-            lapack.apply_q(reflectors[i], tau[i], y, False)
+            _tridiagonal_apply(reflectors[i], tau[i], vectors[i], values[i], out_t[i])
 
     _map_over_batch(apply, rhs3.shape[0], rhs3, uses_lapack=True)
     return out_t.transpose(-2, -1)
+
+
+def _eigenvector_apply(u: Tensor, values: Tensor, rhs: Tensor) -> Tensor:
+    """``U diag(values) U^T rhs`` for eigenvectors ``U`` as columns (batched
+    or one matrix)."""
+    return u @ (values.unsqueeze(-1) * (u.transpose(-2, -1) @ rhs))
+
+
+def _tridiagonal_apply(house: Tensor, tau: Tensor, z_t: Tensor, values: Tensor,
+                       y_t: Tensor) -> Tensor:
+    """``Q Z diag(values) Z^T Q^T Y`` for one matrix, in place on ``y_t``
+    (``Y`` transposed, a C-contiguous ``(k, m)`` tensor), which it returns;
+    ``Q`` as the reflectors of :func:`~.lapack.tridiagonalize`, ``Z^T`` as
+    the rows of ``z_t``."""
+    lapack.apply_q(house, tau, y_t, True)
+    w = torch.mm(z_t, y_t.t()).mul_(values.unsqueeze(-1))
+    torch.mm(w.t(), z_t, out=y_t)
+    return lapack.apply_q(house, tau, y_t, False)
+
+
+def newton_spectrum(eigvals: Tensor, alpha: Tensor, reg: float,
+                    num_iters: int) -> Tensor:
+    """``v_T`` per eigenvalue of ``P = a + reg I`` from the eigenvalues of
+    ``a`` and the start ``alpha`` (broadcast against ``eigvals``):
+    :func:`newton_scalar_iterate` from ``v_0 = alpha * l``."""
+    values = eigvals + reg
+    return newton_scalar_iterate(values, alpha * values, num_iters)
 
 
 def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters: int,
@@ -213,17 +236,12 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
             else:
                 house, diag, off, tau = lapack.tridiagonalize(a3[i])
                 values, z_t = lapack.tridiagonal_eigh(diag, off)
-            values = values + reg
-            v = newton_scalar_iterate(values, alpha[i] * values, num_iters)
-            v = v.to(rhs3.dtype).unsqueeze(-1)
+            v = newton_spectrum(values, alpha[i], reg, num_iters).to(rhs3.dtype)
             if route == 'eigh':
-                u = u.to(rhs3.dtype)
-                torch.mm(u, v * (u.t() @ rhs3[i]), out=out[i])
-                continue
-            y = lapack.apply_q(house, tau, rhs3[i].t().contiguous(), True)
-            w = torch.mm(z_t, y.t()).mul_(v)
-            torch.mm(w.t(), z_t, out=y)
-            out[i] = lapack.apply_q(house, tau, y, False).t()
+                out[i] = _eigenvector_apply(u.to(rhs3.dtype), v, rhs3[i])
+            else:
+                y_t = rhs3[i].t().contiguous()
+                out[i] = _tridiagonal_apply(house, tau, z_t, v, y_t).t()
 
     _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
     return out.reshape(rhs.shape)
