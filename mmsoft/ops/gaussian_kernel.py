@@ -1,4 +1,6 @@
 """The Gaussian kernel that replaces softmax attention in SOFT."""
+from typing import Optional
+
 import torch
 from torch import Tensor
 
@@ -20,7 +22,8 @@ def augmented_points(x: Tensor, y: Tensor) -> tuple:
             torch.cat([y, torch.ones_like(y_sq), y_sq], dim=-1))
 
 
-def half_neg_squared_distance(x: Tensor, y: Tensor) -> Tensor:
+def half_neg_squared_distance(x: Tensor, y: Tensor,
+                              out: Optional[Tensor] = None) -> Tensor:
     """``-||x_i - y_j||^2 / 2`` from one matmul of :func:`augmented_points`.
 
     The whole ``N x M`` result is written once, by the matmul, with no
@@ -30,12 +33,14 @@ def half_neg_squared_distance(x: Tensor, y: Tensor) -> Tensor:
     Args:
         x (Tensor): Points of shape ``(..., N, d)``.
         y (Tensor): Points of shape ``(..., M, d)``.
+        out (Tensor, optional): Written with the result (no autograd).
+            Defaults to None (a new tensor).
 
     Returns:
         Tensor: Shape ``(..., N, M)``.
     """
     x_aug, y_aug = augmented_points(x, y)
-    return x_aug @ y_aug.transpose(-2, -1)
+    return torch.matmul(x_aug, y_aug.transpose(-2, -1), out=out)
 
 
 def squared_distance(x: Tensor, y: Tensor) -> Tensor:
@@ -55,7 +60,7 @@ def squared_distance(x: Tensor, y: Tensor) -> Tensor:
     return half_neg_squared_distance(x, y).mul(-2).clamp_min(0)
 
 
-def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
+def gaussian_kernel(x: Tensor, y: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Gaussian kernel ``exp(-||x_i - y_j||^2 / 2)`` between two point sets.
 
     SOFT scales queries by ``d ** -0.25`` before calling this, which gives the
@@ -66,6 +71,8 @@ def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
     Args:
         x (Tensor): Points of shape ``(..., N, d)``.
         y (Tensor): Points of shape ``(..., M, d)``.
+        out (Tensor, optional): Written with the kernel (no autograd).
+            Defaults to None (a new tensor).
 
     Returns:
         Tensor: Kernel values in ``(0, 1]`` of shape ``(..., N, M)``.
@@ -78,7 +85,7 @@ def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
         tensor([[[1., 1.],
                  [1., 1.]]])
     """
-    exponent = half_neg_squared_distance(x, y)
-    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+    exponent = half_neg_squared_distance(x, y, out)
+    if out is None and torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
         return exponent.clamp_max(0).exp()
     return exponent.clamp_max_(0).exp_()

@@ -131,9 +131,9 @@ def landmark_kernel(k: Tensor) -> Tensor:
     without autograd the batch is cut into one part per
     :func:`~.thread_split.split_workers` and each part's kernel (one matrix
     product of augmented points, then the clamp and the exponential in place)
-    is computed on a single-threaded worker: the heads' kernels are whole
-    pieces, so the threads join once instead of after each of the three
-    operations.
+    is written into the result on a single-threaded worker: the heads'
+    kernels are whole pieces, so the threads join once instead of after each
+    of the three operations.
 
     Args:
         k (Tensor): Landmarks (B, m, d).
@@ -148,10 +148,7 @@ def landmark_kernel(k: Tensor) -> Tensor:
 
     def fill(span: Tuple[int, int]) -> None:
         lo, hi = span
-        k_aug, k_aug_other = augmented_points(k[lo:hi], k[lo:hi])
-        block = out[lo:hi]
-        torch.bmm(k_aug, k_aug_other.transpose(-2, -1), out=block)
-        block.clamp_max_(0).exp_()
+        gaussian_kernel(k[lo:hi], k[lo:hi], out=out[lo:hi])
 
     map_single_threaded(fill, parts)
     return out
