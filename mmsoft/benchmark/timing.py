@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import torch
 
@@ -37,10 +37,13 @@ def time_case(run: Callable[[bool], None], backward: bool, repeats: int) -> floa
     return statistics.median(times)
 
 
-def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
-                     backward: bool = False,
-                     split_cpu: bool = False) -> Dict[str, Dict[str, float]]:
-    """Times of several cases, alternated so they share any load alike.
+def sample_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
+                       backward: bool = False,
+                       split_cpu: bool = False) -> Dict[str, Dict[str, List[float]]]:
+    """Every timed call of several cases, alternated so they share any load alike.
+
+    Each case is called once to warm up, then the cases are called in turn,
+    ``repeats`` rounds; call ``i`` of every case belongs to round ``i``.
 
     Args:
         runs (dict): Name to a closure ``run(backward)`` (as
@@ -51,10 +54,10 @@ def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
         split_cpu (bool): Also report ``split_cpu_s``. Defaults to False.
 
     Returns:
-        dict: Name to the medians of ``wall_s`` (seconds), ``cpu_s`` (CPU
-        seconds of this process, all its threads, during the call) and, with
-        ``split_cpu``, ``split_cpu_s`` (the part spent by mmsoft's split
-        workers, :func:`split_worker_cpu_seconds`).
+        dict: Name to lists, one value per round, of ``wall_s`` (seconds),
+        ``cpu_s`` (CPU seconds of this process, all its threads, during the
+        call) and, with ``split_cpu``, ``split_cpu_s`` (the part spent by
+        mmsoft's split workers, :func:`split_worker_cpu_seconds`).
     """
     for run in runs.values():
         run(backward)  # warm-up
@@ -70,8 +73,41 @@ def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
             if split_cpu:
                 taken.setdefault('split_cpu_s', []).append(
                     split_worker_cpu_seconds() - split)
+    return samples
+
+
+def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
+                     backward: bool = False,
+                     split_cpu: bool = False) -> Dict[str, Dict[str, float]]:
+    """The medians of :func:`sample_round_robin` (same arguments): name to
+    ``wall_s``, ``cpu_s`` and, with ``split_cpu``, ``split_cpu_s``."""
+    samples = sample_round_robin(runs, repeats, backward, split_cpu)
     return {name: {key: statistics.median(values) for key, values in taken.items()}
             for name, taken in samples.items()}
+
+
+def paired_ratios(samples: Dict[str, Dict[str, List[float]]],
+                  reference: str) -> Dict[str, Tuple[float, float, float]]:
+    """Each case's wall time over the reference case's, round by round.
+
+    A shared machine's speed drifts between rounds; a ratio taken within
+    each round of :func:`sample_round_robin` cancels what both cases of the
+    round shared, where a ratio of the two medians would not.
+
+    Args:
+        samples (dict): The result of :func:`sample_round_robin`.
+        reference (str): The name of the case the others are divided by.
+
+    Returns:
+        dict: Name to ``(median, lowest, highest)`` of its per-round ratios
+        (``(1.0, 1.0, 1.0)`` for the reference itself).
+    """
+    base = samples[reference]['wall_s']
+    result = {}
+    for name, taken in samples.items():
+        ratios = [t / b for t, b in zip(taken['wall_s'], base)]
+        result[name] = (statistics.median(ratios), min(ratios), max(ratios))
+    return result
 
 
 def split_worker_cpu_seconds() -> float:

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 from helpers.tools import load_tool
 
+from mmsoft.benchmark.timing import paired_ratios
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'analysis' / 'benchmark_detection.py'
 tool = load_tool(SCRIPT)
@@ -21,12 +23,25 @@ def test_a_small_run_times_every_case_against_pvt(tmp_path, capsys):
                       for b in soft + ['PVT-Tiny']}
     for r in rows:
         assert r['wall_s'] > 0 and r['vs_pvt'] > 0
+        assert r['vs_pvt_low'] <= r['vs_pvt'] <= r['vs_pvt_high']
     assert [r['vs_pvt'] for r in rows if r['backbone'] == 'PVT-Tiny'] == [1.0, 1.0]
     with open(tmp_path / 'detection.csv') as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     out = capsys.readouterr().out
     assert 'fp32 matmul peak' in out and 'Newton route: auto (measured per machine)' in out
     assert '| 64 x 96 | forward | SOFT-Norm-Tiny backoff | ' in out
+
+
+def test_ratios_are_taken_within_each_round():
+    # The machine slowed down 2x in round 2: both cases' medians move apart
+    # (3 / 2 = 1.5), while within each round the case took 1.2x.
+    samples = {'PVT-Tiny': {'wall_s': [1.0, 2.0, 4.0]},
+               'SOFT': {'wall_s': [1.2, 2.4, 4.8]},
+               'mixed': {'wall_s': [0.5, 3.0, 4.0]}}
+    ratios = paired_ratios(samples, 'PVT-Tiny')
+    assert ratios['PVT-Tiny'] == (1.0, 1.0, 1.0)
+    assert ratios['SOFT'] == pytest.approx((1.2, 1.2, 1.2))
+    assert ratios['mixed'] == pytest.approx((1.0, 0.5, 1.5))
 
 
 @pytest.mark.parametrize('argv', [['--repeats', '0'], ['--threads', '0'],

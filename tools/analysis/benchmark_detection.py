@@ -10,8 +10,10 @@ for this machine; eigh, tridiagonal or loop force one, for comparison).
 The cases of one shape and mode run round-robin (one warm-up each, then
 --repeats calls; medians), so they share any load of the machine alike.
 Prints the CPU, its fp32 matmul peak, the thread count and the Newton route
-in use, then a Markdown table with each case's time over PVT-Tiny's; writes
-detection.csv to --out-dir.
+in use, then a Markdown table with each case's time over PVT-Tiny's, taken
+within each round (the median over the rounds, and the lowest and highest:
+a round's ratio cancels a drift of the machine's speed that both shared);
+writes detection.csv to --out-dir.
 
 Examples:
   python tools/analysis/benchmark_detection.py
@@ -20,6 +22,7 @@ Examples:
 """
 import argparse
 import os
+import statistics
 from pathlib import Path
 from typing import List
 
@@ -27,7 +30,7 @@ import torch
 
 from mmsoft.benchmark.detection import BACKBONES, INVERSES, build_runs, case_names
 from mmsoft.benchmark.report import write_csv
-from mmsoft.benchmark.timing import matmul_peak, time_round_robin
+from mmsoft.benchmark.timing import matmul_peak, paired_ratios, sample_round_robin
 from mmsoft.ops import NEWTON_ROUTES
 from mmsoft.ops.newton_routes import format_route_report
 from mmsoft.utils.env import cpu_model
@@ -78,25 +81,29 @@ def main(argv=None) -> List[dict]:
         jobs.append((tuple(args.train_shape), True))
     rows = []
     for shape, train in jobs:
-        timings = time_round_robin(build_runs(cases, shape), args.repeats, train)
-        pvt = timings.get('PVT-Tiny', {}).get('wall_s')
+        samples = sample_round_robin(build_runs(cases, shape), args.repeats, train)
+        ratios = paired_ratios(samples, 'PVT-Tiny') if 'PVT-Tiny' in samples else {}
         mode = 'training step' if train else 'forward'
-        for label, t in timings.items():
+        for label, taken in samples.items():
+            vs_pvt = ratios.get(label, (float('nan'),) * 3)
             rows.append(dict(input=f'{shape[0]} x {shape[1]}', mode=mode,
-                             backbone=label, wall_s=t['wall_s'], cpu_s=t['cpu_s'],
-                             vs_pvt=t['wall_s'] / pvt if pvt else float('nan')))
-            print(f'{rows[-1]["input"]} {mode} {label}: {t["wall_s"]:.2f} s',
+                             backbone=label, wall_s=statistics.median(taken['wall_s']),
+                             cpu_s=statistics.median(taken['cpu_s']), vs_pvt=vs_pvt[0],
+                             vs_pvt_low=vs_pvt[1], vs_pvt_high=vs_pvt[2]))
+            print(f'{rows[-1]["input"]} {mode} {label}: {rows[-1]["wall_s"]:.2f} s',
                   flush=True)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / 'detection.csv', rows)
     print('\n' + header)
     print(format_route_report())
-    print('| input | mode | backbone | wall s | CPU s | time / PVT-Tiny time |')
+    print('| input | mode | backbone | wall s | CPU s | time / PVT-Tiny time '
+          '(rounds: lowest-highest) |')
     print('|---|---|---|---|---|---|')
     for r in rows:
         print(f"| {r['input']} | {r['mode']} | {r['backbone']} | {r['wall_s']:.2f} "
-              f"| {r['cpu_s']:.2f} | {r['vs_pvt']:.2f} |")
+              f"| {r['cpu_s']:.2f} | {r['vs_pvt']:.2f} "
+              f"({r['vs_pvt_low']:.2f}-{r['vs_pvt_high']:.2f}) |")
     return rows
 
 
