@@ -81,7 +81,11 @@ def time_round_robin(runs: Dict[str, Callable[[bool], None]], repeats: int,
                      split_cpu: bool = False) -> Dict[str, Dict[str, float]]:
     """The medians of :func:`sample_round_robin` (same arguments): name to
     ``wall_s``, ``cpu_s`` and, with ``split_cpu``, ``split_cpu_s``."""
-    samples = sample_round_robin(runs, repeats, backward, split_cpu)
+    return medians(sample_round_robin(runs, repeats, backward, split_cpu))
+
+
+def medians(samples: Dict[str, Dict[str, List[float]]]) -> Dict[str, Dict[str, float]]:
+    """Each list of :func:`sample_round_robin`'s result replaced by its median."""
     return {name: {key: statistics.median(values) for key, values in taken.items()}
             for name, taken in samples.items()}
 

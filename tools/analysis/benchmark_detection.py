@@ -22,7 +22,6 @@ Examples:
 """
 import argparse
 import os
-import statistics
 from pathlib import Path
 from typing import List
 
@@ -30,7 +29,12 @@ import torch
 
 from mmsoft.benchmark.detection import BACKBONES, INVERSES, build_runs, case_names
 from mmsoft.benchmark.report import write_csv
-from mmsoft.benchmark.timing import matmul_peak, paired_ratios, sample_round_robin
+from mmsoft.benchmark.timing import (
+    matmul_peak,
+    medians,
+    paired_ratios,
+    sample_round_robin,
+)
 from mmsoft.ops import NEWTON_ROUTES
 from mmsoft.ops.newton_routes import format_route_report
 from mmsoft.utils.env import cpu_model
@@ -84,12 +88,12 @@ def main(argv=None) -> List[dict]:
         samples = sample_round_robin(build_runs(cases, shape), args.repeats, train)
         ratios = paired_ratios(samples, 'PVT-Tiny') if 'PVT-Tiny' in samples else {}
         mode = 'training step' if train else 'forward'
-        for label, taken in samples.items():
+        for label, t in medians(samples).items():
             vs_pvt = ratios.get(label, (float('nan'),) * 3)
             rows.append(dict(input=f'{shape[0]} x {shape[1]}', mode=mode,
-                             backbone=label, wall_s=statistics.median(taken['wall_s']),
-                             cpu_s=statistics.median(taken['cpu_s']), vs_pvt=vs_pvt[0],
-                             vs_pvt_low=vs_pvt[1], vs_pvt_high=vs_pvt[2]))
+                             backbone=label, wall_s=t['wall_s'], cpu_s=t['cpu_s'],
+                             vs_pvt=vs_pvt[0], vs_pvt_low=vs_pvt[1],
+                             vs_pvt_high=vs_pvt[2]))
             print(f'{rows[-1]["input"]} {mode} {label}: {rows[-1]["wall_s"]:.2f} s',
                   flush=True)
     out_dir = Path(args.out_dir)
