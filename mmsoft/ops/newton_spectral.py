@@ -95,9 +95,7 @@ def spectral_values(a: Tensor, route: str) -> Tuple[Tensor, SpectralFactors]:
         tuple[Tensor, SpectralFactors]: Eigenvalues ``(B, m)`` in ascending
         order and the factors of the flattened batch.
     """
-    if route not in SPECTRAL_ROUTES:
-        raise ValueError(f'Unknown spectral route {route!r}; use one of '
-                         f'{SPECTRAL_ROUTES}.')
+    _check_route(route)
     if route == 'tridiagonal' and a.device.type != 'cpu':
         raise ValueError(f"The 'tridiagonal' route runs on CPU, got {a.device}.")
     m = a.shape[-1]
@@ -107,6 +105,12 @@ def spectral_values(a: Tensor, route: str) -> Tuple[Tensor, SpectralFactors]:
     if route == 'eigh':
         return values, SpectralFactors(route, values, vectors)
     return values, SpectralFactors(route, values, vectors, reflectors, tau)
+
+
+def _check_route(route: str) -> None:
+    if route not in SPECTRAL_ROUTES:
+        raise ValueError(f'Unknown spectral route {route!r}; use one of '
+                         f'{SPECTRAL_ROUTES}.')
 
 
 def _decompose(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -220,27 +224,27 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
     Returns:
         Tensor: Same shape and dtype as ``rhs``.
     """
-    if route not in SPECTRAL_ROUTES:
-        raise ValueError(f'Unknown spectral route {route!r}; use one of '
-                         f'{SPECTRAL_ROUTES}.')
+    _check_route(route)
     m = a.shape[-1]
     a3 = a.detach().reshape(-1, m, m)
     rhs3 = rhs.detach().reshape(-1, *rhs.shape[-2:])
     alpha = alpha.detach().reshape(-1)
     out = torch.empty_like(rhs3, memory_format=torch.contiguous_format)
 
+    def spectrum(values: Tensor, i: int) -> Tensor:
+        return newton_spectrum(values, alpha[i], reg, num_iters).to(rhs3.dtype)
+
     def solve(indices: List[int]) -> None:
         for i in indices:
             if route == 'eigh':
                 values, u = torch.linalg.eigh(a3[i])
+                out[i] = _eigenvector_apply(u.to(rhs3.dtype), spectrum(values, i),
+                                            rhs3[i])
             else:
                 house, diag, off, tau = lapack.tridiagonalize(a3[i])
                 values, z_t = lapack.tridiagonal_eigh(diag, off)
-            v = newton_spectrum(values, alpha[i], reg, num_iters).to(rhs3.dtype)
-            if route == 'eigh':
-                out[i] = _eigenvector_apply(u.to(rhs3.dtype), v, rhs3[i])
-            else:
                 y_t = rhs3[i].t().contiguous()
+                v = spectrum(values, i)
                 out[i] = _tridiagonal_apply(house, tau, z_t, v, y_t).t()
 
     _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
