@@ -1,8 +1,9 @@
-"""Three LAPACK routines torch does not expose, from SciPy's LAPACK, by ctypes.
+"""Four LAPACK routines torch does not expose, from SciPy's LAPACK, by ctypes.
 
 The tridiagonal route of the Newton iterate (:mod:`.newton_spectral`) needs
 ``?sytrd`` (reduce a symmetric matrix to tridiagonal form ``A = Q T Q^T``),
-``?stedc`` (eigenvalues and eigenvectors of ``T``, divide and conquer) and
+``?stedc`` (eigenvalues and eigenvectors of ``T``, divide and conquer),
+``?stemr`` (those of ``T`` in an interval only, :mod:`.newton_deflated`) and
 ``?ormtr`` (multiply by ``Q`` kept as Householder reflectors). SciPy publishes
 its LAPACK as C function pointers in ``scipy.linalg.cython_lapack``; they are
 called here through ctypes, which releases the GIL, on torch tensors' memory
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor
 
 _PTR = ctypes.c_void_p
-_ARGS = {'sytrd': 10, 'stedc': 11, 'ormtr': 13}
+_ARGS = {'sytrd': 10, 'stedc': 11, 'stemr': 21, 'ormtr': 13}
 _PREFIX = {torch.float32: 's', torch.float64: 'd'}
 _THREAD_CONTROLS = (
     ('scipy_openblas_get_num_threads', 'scipy_openblas_set_num_threads'),
@@ -106,8 +107,9 @@ def unavailable_reason() -> str:
 
 
 def available() -> bool:
-    """Whether :func:`tridiagonalize`, :func:`tridiagonal_eigh` and
-    :func:`apply_q` can run in this process."""
+    """Whether :func:`tridiagonalize`, :func:`tridiagonal_eigh`,
+    :func:`tridiagonal_eigh_in`, :func:`tridiagonal_count` and :func:`apply_q`
+    can run in this process."""
     return not unavailable_reason()
 
 
@@ -241,6 +243,71 @@ def tridiagonal_eigh(diag: Tensor, off: Tensor, out: Optional[Tensor] = None
     call(torch.empty(size, dtype=dtype), size,
          torch.empty(isize, dtype=torch.int32), isize)
     _check(info, 'stedc')
+    return values, vectors
+
+
+def _stemr(diag: Tensor, off: Tensor, lower: float, upper: float,
+           count: int) -> Tuple[Tensor, Tensor, int]:
+    """``?stemr`` on the eigenvalues in ``(lower, upper]``; with ``count`` -1
+    only their number (a Sturm count, no eigenvalue computed)."""
+    n, dtype = diag.shape[0], diag.dtype
+    stemr = _routine(dtype, 'stemr')
+    d, e = diag.clone(), torch.cat([off, off.new_zeros(1)])  # both overwritten
+    columns = max(count, 1)
+    values = torch.empty(n, dtype=dtype)
+    vectors = torch.empty(columns, n, dtype=dtype)
+    support = torch.empty(2 * columns, dtype=torch.int32)
+    work = torch.empty(max(1, 18 * n), dtype=dtype)
+    iwork = torch.empty(max(1, 10 * n), dtype=torch.int32)
+    found, info, tryrac = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(1)
+    scalar = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
+    jobz = ctypes.c_char_p(b'V')
+    stemr(jobz, ctypes.c_char_p(b'V'), _int(n), _ptr(d), _ptr(e),
+          ctypes.byref(scalar(lower)), ctypes.byref(scalar(upper)), _int(0), _int(0),
+          ctypes.byref(found), _ptr(values), _ptr(vectors), _int(n), _int(count),
+          _ptr(support), ctypes.byref(tryrac), _ptr(work), _int(work.numel()),
+          _ptr(iwork), _int(iwork.numel()), ctypes.byref(info))
+    _check(info, 'stemr')
+    if count < 0:
+        return values[:0], vectors[:0], int(vectors.view(-1)[0].item())
+    return values[:found.value], vectors[:found.value], found.value
+
+
+def tridiagonal_count(diag: Tensor, off: Tensor, lower: float, upper: float) -> int:
+    """How many eigenvalues of a symmetric tridiagonal matrix lie in
+    ``(lower, upper]`` (``?stemr``'s count, from Sturm sequences).
+
+    Args:
+        diag (Tensor): The diagonal ``(n,)``, float32 or float64.
+        off (Tensor): The off-diagonal ``(n - 1,)``.
+        lower (float): Lower end of the interval (excluded).
+        upper (float): Upper end (included).
+
+    Returns:
+        int: The number of eigenvalues in the interval.
+    """
+    return _stemr(diag, off, lower, upper, -1)[2]
+
+
+def tridiagonal_eigh_in(diag: Tensor, off: Tensor, lower: float, upper: float,
+                        count: int) -> Tuple[Tensor, Tensor]:
+    """The eigenpairs of a symmetric tridiagonal matrix with eigenvalues in
+    ``(lower, upper]`` (``?stemr``, multiple relatively robust
+    representations: ``O(n)`` work per eigenpair).
+
+    Args:
+        diag (Tensor): The diagonal ``(n,)``, float32 or float64.
+        off (Tensor): The off-diagonal ``(n - 1,)``.
+        lower (float): Lower end of the interval (excluded).
+        upper (float): Upper end (included).
+        count (int): At least the number of eigenvalues in the interval
+            (:func:`tridiagonal_count`).
+
+    Returns:
+        tuple[Tensor, Tensor]: The eigenvalues in ascending order and the
+        eigenvectors as the **rows** of a ``(found, n)`` tensor.
+    """
+    values, vectors, _ = _stemr(diag, off, lower, upper, max(count, 0))
     return values, vectors
 
 

@@ -224,6 +224,7 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
     Returns:
         Tensor: Same shape and dtype as ``rhs``.
     """
+    from .newton_deflated import deflated_apply  # imports this module
     _check_route(route)
     m = a.shape[-1]
     a3 = a.detach().reshape(-1, m, m)
@@ -242,10 +243,13 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
                                             rhs3[i])
             else:
                 house, diag, off, tau = lapack.tridiagonalize(a3[i])
-                values, z_t = lapack.tridiagonal_eigh(diag, off)
-                y_t = rhs3[i].t().contiguous()
-                v = spectrum(values, i)
-                out[i] = _tridiagonal_apply(house, tau, z_t, v, y_t).t()
+                y_t = lapack.apply_q(house, tau, rhs3[i].t().contiguous(), True)
+                w_t = deflated_apply(diag, off, y_t, float(alpha[i]), reg, num_iters)
+                if w_t is None:
+                    values, z_t = lapack.tridiagonal_eigh(diag, off)
+                    w_t = _eigenvector_apply(z_t.t(), spectrum(values, i), y_t.t()).t()
+                y_t.copy_(w_t)
+                out[i] = lapack.apply_q(house, tau, y_t, False).t()
 
     _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
     return out.reshape(rhs.shape)

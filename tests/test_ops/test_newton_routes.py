@@ -6,12 +6,12 @@ import threading
 
 import pytest
 import torch
+from helpers.kernels import landmark_kernels
 
 from mmsoft.ops import (
     InverseCfg,
     backoff_initial_scale,
     bottleneck_apply,
-    gaussian_kernel,
     lapack,
     newton_apply,
     newton_iterate,
@@ -23,18 +23,6 @@ from mmsoft.ops.inverse import _column_sums_by_product, _column_sums_of_square
 
 ROUTES = ['loop', 'eigh', 'tridiagonal']
 VARIANTS = {'ridge': dict(reg=0.01, backoff=False), 'backoff': dict(reg=0.0, backoff=True)}
-
-
-def landmark_kernels(heads, m, seed=0, spread=0.5, duplicates=0):
-    """Kernels of ``heads`` landmark sets in 32 dimensions, scaled as SOFT
-    scales queries; ``duplicates`` landmarks repeat others exactly (a singular
-    kernel, as coinciding landmarks give)."""
-    gen = torch.Generator().manual_seed(seed)
-    points = torch.randn(heads, m, 32, generator=gen, dtype=torch.float64)
-    points = points * 32**-0.25 * spread
-    if duplicates:
-        points[:, -duplicates:] = points[:, :duplicates]
-    return gaussian_kernel(points, points)
 
 
 def reference(a, rhs, grad, reg, backoff, group):

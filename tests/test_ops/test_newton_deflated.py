@@ -1,0 +1,136 @@
+"""The Newton iterate from a tridiagonal matrix's few large eigenpairs and a
+Chebyshev series for the rest is the same function as the float64 loop, and
+declines where the full eigenvectors are the sound or the cheaper way."""
+import pytest
+import torch
+from helpers.kernels import landmark_kernels
+
+from mmsoft.ops import (
+    InverseCfg,
+    bottleneck_apply,
+    lapack,
+    newton_apply,
+    newton_deflated,
+    newton_iterate,
+    use_newton_route,
+)
+from mmsoft.ops.inverse import _spectral_alpha
+from mmsoft.ops.newton_deflated import deflated_apply, max_large
+from mmsoft.ops.newton_spectral import newton_spectrum
+
+VARIANTS = {'ridge': dict(reg=0.01, backoff=False), 'backoff': dict(reg=0.0, backoff=True)}
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """Whether each call of :func:`deflated_apply` inside the solver gave a
+    result (True) or declined (False)."""
+    calls = []
+    original = newton_deflated.deflated_apply
+
+    def spy(*args):
+        out = original(*args)
+        calls.append(out is not None)
+        return out
+    monkeypatch.setattr(newton_deflated, 'deflated_apply', spy)
+    return calls
+
+
+def tridiagonal_of(a):
+    """``(diag, off)`` of ``a``'s tridiagonal form and the dense ``T``."""
+    _, diag, off, _ = lapack.tridiagonalize(a)
+    dense = torch.diag(diag) + torch.diag(off, 1) + torch.diag(off, -1)
+    return diag, off, dense
+
+
+def relative(x, ref):
+    return float((x - ref).norm() / ref.norm())
+
+
+@pytest.mark.parametrize('variant', list(VARIANTS))
+@pytest.mark.parametrize('m,duplicates', [(96, 0), (300, 30), (1200, 0)])
+def test_it_is_the_exact_iterate_of_the_tridiagonal_matrix(variant, m, duplicates):
+    settings = VARIANTS[variant]
+    a = landmark_kernels(1, m, spread=0.3, duplicates=duplicates)
+    alpha = float(_spectral_alpha(a, settings['reg'], settings['backoff'], 1))
+    diag, off, dense = tridiagonal_of(a[0])
+    y_t = torch.randn(32, m, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y_before = y_t.clone()
+    out = deflated_apply(diag, off, y_t, alpha, settings['reg'], 20)
+    assert torch.equal(y_t, y_before)  # not modified in place
+    values, vectors = torch.linalg.eigh(dense)
+    v = newton_spectrum(values, alpha, settings['reg'], 20)
+    exact = ((y_t @ vectors) * v) @ vectors.t()
+    if variant == 'ridge' and m < 1200:  # hundreds of large eigenvalues
+        assert out is None
+        return
+    assert out is not None
+    assert relative(out, exact) < 1e-9
+
+
+@pytest.mark.parametrize('variant', list(VARIANTS))
+@pytest.mark.parametrize('m,heads,duplicates', [(96, 4, 0), (300, 2, 30), (1200, 2, 0)])
+def test_the_solver_through_it_is_the_float64_loop(variant, m, heads, duplicates, taken):
+    settings = VARIANTS[variant]
+    a = landmark_kernels(heads, m, spread=0.3, duplicates=duplicates)
+    rhs = torch.randn(heads, m, 32, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(1))
+    ref = newton_iterate(a, 20, group=2, **settings) @ rhs
+    with torch.no_grad():
+        y = newton_apply(a, rhs, route='tridiagonal', group=2, **settings)
+    assert relative(y, ref) < 1e-6
+    assert len(taken) == heads
+    if variant == 'backoff':
+        assert all(taken)
+    y32 = newton_apply(a.float(), rhs.float(), route='tridiagonal', group=2, **settings)
+    # float32 kernels: V itself, not the attention output (as on every route)
+    assert relative(y32.double(), ref) < 1e-3
+
+
+@pytest.mark.parametrize('variant', list(VARIANTS))
+def test_soft_norm_through_it_is_the_float64_loop(variant, taken):
+    a = landmark_kernels(4, 160, spread=0.3)
+    rhs = torch.randn(4, 160, 32, dtype=torch.float64)
+    cfg = InverseCfg.from_variant(variant, normalize=True)
+    ref = bottleneck_apply(a, rhs, cfg.replace(use_eig=False), group=2)
+    with torch.no_grad(), use_newton_route('tridiagonal'):
+        y = bottleneck_apply(a, rhs, cfg, group=2)
+    assert relative(y, ref) < 1e-6
+    assert len(taken) == 4 and all(taken) == (variant == 'backoff')
+
+
+def test_it_declines_what_it_cannot_do_cheaply_or_soundly():
+    a = landmark_kernels(1, 200, spread=0.3)[0]
+    alpha = float(_spectral_alpha(a[None], 0.0, True, 1))
+    diag, off, _ = tridiagonal_of(a)
+    y_t = torch.randn(8, 200, dtype=torch.float64)
+    assert deflated_apply(diag, off, y_t, alpha, 0.0, 20) is not None
+    wide = torch.randn(newton_deflated.MAX_COLUMNS + 1, 200, dtype=torch.float64)
+    assert deflated_apply(diag, off, wide, alpha, 0.0, 20) is None
+    for bad in (0.0, float('inf'), float('nan')):
+        assert deflated_apply(diag, off, y_t, bad, 0.0, 20) is None
+    nan = diag.clone()
+    nan[3] = float('nan')
+    assert deflated_apply(nan, off, y_t, alpha, 0.0, 20) is None
+    negative = diag.clone()
+    negative[0] = -diag.abs().max() - 2 * off.abs().max()  # an eigenvalue far below 0
+    assert deflated_apply(negative, off, y_t, alpha, 0.0, 20) is None
+    # A flat spectrum: every eigenvalue large.
+    flat = torch.ones(200, dtype=torch.float64)
+    assert deflated_apply(flat, flat[1:] * 1e-3, y_t, 1.0, 0.0, 20) is None
+    assert max_large(200) < 200
+
+
+def test_few_large_eigenpairs_come_alone_and_match_the_full_solver():
+    a = landmark_kernels(1, 300, spread=0.3)[0]
+    diag, off, dense = tridiagonal_of(a)
+    values = torch.linalg.eigvalsh(dense)
+    lower = float(values[-6] + values[-7]) / 2
+    upper = float(values[-1]) + 1
+    assert lapack.tridiagonal_count(diag, off, lower, upper) == 6
+    large, vectors = lapack.tridiagonal_eigh_in(diag, off, lower, upper, 6)
+    torch.testing.assert_close(large, values[-6:], rtol=1e-12, atol=1e-14)
+    residual = vectors @ dense - large.unsqueeze(1) * vectors
+    assert float(residual.abs().max()) < 1e-12
+    torch.testing.assert_close(vectors @ vectors.t(), torch.eye(6, dtype=torch.float64),
+                               rtol=0, atol=1e-12)
