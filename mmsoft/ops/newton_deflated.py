@@ -8,7 +8,7 @@ a polynomial of degree ``2^T - 1``. Where
 Chebyshev series of degree :data:`DEGREE` in ``x = l^2`` on
 ``[0, x_c = 4 / (2^T alpha)]`` matches it to about 1e-10 of its size. Only
 the eigenvalues above ``sqrt(x_c)`` need to be known one by one: with the
-released checkpoints' back-off start, 2 to 35 of the 1,050 of SOFT-Tiny's
+released checkpoints' back-off start, 2 to 34 of the 1,050 of SOFT-Tiny's
 and SOFT-Norm-Tiny's kernels at 800 x 1344 (with the ridge start hundreds,
 where :func:`deflated_apply` declines).
 
@@ -47,7 +47,7 @@ eigenvectors."""
 def max_large(m: int) -> int:
     """Most eigenpairs taken one by one for an ``m x m`` matrix: beyond
     ``max(8, m // 24)`` ``?stedc`` is as fast (measured at ``m`` = 1,050 on
-    SOFT-Norm-Tiny's back-off kernels, where 35 large eigenpairs took 16 ms
+    SOFT-Norm-Tiny's back-off kernels, where 34 large eigenpairs took 16 ms
     against ``?stedc``'s 33 ms, and SOFT-Tiny's ridge kernels, where 12 took
     8.5 ms against 8.7 ms)."""
     return max(8, m // 24)
@@ -90,8 +90,11 @@ def deflated_apply(diag: Tensor, off: Tensor, y_t: Tensor, alpha: float, reg: fl
         count = lapack.tridiagonal_count(d, e, split, bound)
         if count > max_large(m):
             return None
-        large, z_b = lapack.tridiagonal_eigh_in(d, e, split, bound, count)
-    except RuntimeError:
+        if count:
+            large, z_b = lapack.tridiagonal_eigh_in(d, e, split, bound, count)
+        else:
+            large, z_b = d.new_empty(0), d.new_empty(0, m)
+    except RuntimeError:  # ?stemr failed; ?stedc takes the matrix
         return None
     y = y_t.to(torch.float64, copy=True)
     coords = y @ z_b.t()

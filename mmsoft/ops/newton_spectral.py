@@ -19,7 +19,9 @@ Both cut a batch into one part per :func:`~.thread_split.split_workers` and
 solve each part on a single-threaded worker. Which is faster depends on the
 machine (:mod:`.newton_routes` measures it). Where no backward needs the
 factors again, :func:`spectral_solve` decomposes and applies each matrix in
-one piece of work, with buffers of one matrix instead of the batch's.
+one piece of work, with buffers of one matrix instead of the batch's, and
+on the tridiagonal route from the few large eigenpairs of ``T`` where that
+is cheaper (:mod:`.newton_deflated`).
 """
 import contextlib
 from typing import List, NamedTuple, Optional, Tuple
@@ -210,7 +212,10 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
     its ``rhs`` in one piece of work on one worker, with buffers of one
     matrix, which the worker's allocator reuses from matrix to matrix,
     instead of ``(B, m, m)`` batches of eigenvectors and reflectors that are
-    mapped in fresh (and zeroed by the OS) at every call.
+    mapped in fresh (and zeroed by the OS) at every call. On route
+    ``'tridiagonal'`` the tridiagonal matrix's full eigenvectors are formed
+    only where :func:`~.newton_deflated.deflated_apply` declines (more than a
+    few eigenvalues past the polynomial part of the iterate).
 
     Args:
         a (Tensor): Symmetric matrices ``(..., m, m)``, lower triangle read.

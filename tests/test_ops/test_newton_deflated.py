@@ -134,3 +134,14 @@ def test_few_large_eigenpairs_come_alone_and_match_the_full_solver():
     assert float(residual.abs().max()) < 1e-12
     torch.testing.assert_close(vectors @ vectors.t(), torch.eye(6, dtype=torch.float64),
                                rtol=0, atol=1e-12)
+
+
+def test_with_no_large_eigenvalue_it_is_the_series_alone():
+    # T = 0 steps: V_0 = alpha P, and alpha l^2 <= 1 < 4 for every eigenvalue.
+    a = landmark_kernels(1, 150, spread=0.3)[0]
+    alpha = float(_spectral_alpha(a[None], 0.01, False, 1))
+    diag, off, dense = tridiagonal_of(a)
+    y_t = torch.randn(16, 150, dtype=torch.float64)
+    out = deflated_apply(diag, off, y_t, alpha, 0.01, 0)
+    exact = alpha * y_t @ (dense + 0.01 * torch.eye(150, dtype=torch.float64))
+    assert relative(out, exact) < 1e-12
