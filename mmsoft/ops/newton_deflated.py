@@ -85,9 +85,9 @@ def deflated_apply(diag: Tensor, off: Tensor, y_t: Tensor, alpha: float, reg: fl
     split = math.sqrt(x_c)
     bound = 2 * float(d.abs().max() + 2 * e.abs().max()) + 1  # beyond Gershgorin's
     try:
-        if lapack.tridiagonal_count(d, e, -bound, -split):
+        if split < bound and lapack.tridiagonal_count(d, e, -bound, -split):
             return None
-        count = lapack.tridiagonal_count(d, e, split, bound)
+        count = lapack.tridiagonal_count(d, e, split, bound) if split < bound else 0
         if count > max_large(m):
             return None
         if count:
