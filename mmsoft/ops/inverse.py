@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .execution import eager_cpu, exporting, in_graph, newton_node
+from .execution import compiling, eager_cpu, exporting, in_graph, newton_node
 from .newton_routes import DEFAULT_SPECTRAL, choose_route
 from .newton_spectral import (
     SpectralFactors,
@@ -273,9 +273,10 @@ class _NewtonApply(Function):
     @staticmethod
     def forward(ctx, a: Tensor, rhs: Tensor, num_iters: int, reg: float,
                 route: str, backoff: bool, group: int) -> Tensor:
-        if route != 'loop' and eager_cpu(a) and not any(ctx.needs_input_grad[:2]):
-            # No backward, eager on CPU: each matrix's factors are used once,
-            # where they are made.
+        on_cpu = eager_cpu(a) or (compiling() and a.device.type == 'cpu')
+        if route != 'loop' and on_cpu and not any(ctx.needs_input_grad[:2]):
+            # No backward, on CPU (eager, or compiled as one operator): each
+            # matrix's factors are used once, where they are made.
             with torch.no_grad(), region('newton'):
                 alpha = _spectral_alpha(a, reg, backoff, group)
                 return spectral_solve(a, rhs, alpha, reg, num_iters, route)

@@ -215,7 +215,8 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
     mapped in fresh (and zeroed by the OS) at every call. On route
     ``'tridiagonal'`` the tridiagonal matrix's full eigenvectors are formed
     only where :func:`~.newton_deflated.deflated_apply` declines (more than a
-    few eigenvalues past the polynomial part of the iterate).
+    few eigenvalues past the polynomial part of the iterate). Under
+    ``torch.compile`` it runs as the operator ``mmsoft::spectral_solve``.
 
     Args:
         a (Tensor): Symmetric matrices ``(..., m, m)``, lower triangle read.
@@ -229,12 +230,19 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
     Returns:
         Tensor: Same shape and dtype as ``rhs``.
     """
-    from .newton_deflated import deflated_apply  # imports this module
     _check_route(route)
     m = a.shape[-1]
     a3 = a.detach().reshape(-1, m, m)
     rhs3 = rhs.detach().reshape(-1, *rhs.shape[-2:])
-    alpha = alpha.detach().reshape(-1)
+    solve = torch.ops.mmsoft.spectral_solve if compiling() else _solve
+    out = solve(a3, rhs3, alpha.detach().reshape(-1), reg, num_iters, route)
+    return out.reshape(rhs.shape)
+
+
+def _solve(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
+           route: str) -> Tensor:
+    """:func:`spectral_solve` on a batch ``(B, m, m)``, ``(B, m, k)``, ``(B,)``."""
+    from .newton_deflated import deflated_apply  # imports this module
     out = torch.empty_like(rhs3, memory_format=torch.contiguous_format)
 
     def spectrum(values: Tensor, i: int) -> Tensor:
@@ -257,7 +265,7 @@ def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters:
                 out[i] = lapack.apply_q(house, tau, y_t, False).t()
 
     _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
-    return out.reshape(rhs.shape)
+    return out
 
 
 @torch.library.custom_op('mmsoft::spectral_decompose', mutates_args=())
@@ -284,6 +292,18 @@ def _apply_op(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
 @_apply_op.register_fake
 def _(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
       rhs3: Tensor, route: str) -> Tensor:
+    return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op('mmsoft::spectral_solve', mutates_args=())
+def _solve_op(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
+              route: str) -> Tensor:
+    return _solve(a3, rhs3, alpha, reg, num_iters, route)
+
+
+@_solve_op.register_fake
+def _(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
+      route: str) -> Tensor:
     return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
 
 

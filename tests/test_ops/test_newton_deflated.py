@@ -146,3 +146,24 @@ def test_with_no_large_eigenvalue_it_is_the_series_alone():
     for scale in (1.0, 1e-9):  # the split point inside and far beyond the spectrum
         out = deflated_apply(diag, off, y_t, alpha * scale, 0.01, 0)
         assert relative(out, alpha * scale * y_t @ p) < 1e-12
+
+
+def test_a_compiled_forward_without_backward_runs_the_same_solve(monkeypatch):
+    from mmsoft.ops import newton_spectral
+    solved = []
+    original = newton_spectral._solve
+    monkeypatch.setattr(newton_spectral, '_solve',
+                        lambda *args: solved.append(args[-1]) or original(*args))
+    a = landmark_kernels(4, 300, spread=0.3).float()
+    rhs = torch.randn(4, 300, 32)
+
+    def attend(a, rhs):
+        return newton_apply(a, rhs, reg=0.0, backoff=True, group=2,
+                            route='tridiagonal') * 2
+
+    with torch.no_grad():
+        eager = attend(a, rhs)
+        compiled = torch.compile(attend, backend='eager', fullgraph=True)(a, rhs)
+    assert solved == ['tridiagonal', 'tridiagonal']  # as mmsoft::spectral_solve
+    assert relative(compiled, eager) < 1e-7
+    torch._dynamo.reset()
