@@ -84,16 +84,16 @@ def deflated_apply(diag: Tensor, off: Tensor, y_t: Tensor, alpha: float, reg: fl
     x_c = T_SPLIT / (2.0**num_iters * alpha)
     split = math.sqrt(x_c)
     bound = 2 * float(d.abs().max() + 2 * e.abs().max()) + 1  # beyond Gershgorin's
+    large, z_b = d.new_empty(0), d.new_empty(0, m)
     try:
-        if split < bound and lapack.tridiagonal_count(d, e, -bound, -split):
-            return None
-        count = lapack.tridiagonal_count(d, e, split, bound) if split < bound else 0
-        if count > max_large(m):
-            return None
-        if count:
-            large, z_b = lapack.tridiagonal_eigh_in(d, e, split, bound, count)
-        else:
-            large, z_b = d.new_empty(0), d.new_empty(0, m)
+        if split < bound:  # else every eigenvalue is in the series' range
+            if lapack.tridiagonal_count(d, e, -bound, -split):
+                return None
+            count = lapack.tridiagonal_count(d, e, split, bound)
+            if count > max_large(m):
+                return None
+            if count:
+                large, z_b = lapack.tridiagonal_eigh_in(d, e, split, bound, count)
     except RuntimeError:  # ?stemr failed; ?stedc takes the matrix
         return None
     y = y_t.to(torch.float64, copy=True)

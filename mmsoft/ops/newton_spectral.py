@@ -188,9 +188,15 @@ def _tridiagonal_apply(house: Tensor, tau: Tensor, z_t: Tensor, values: Tensor,
     ``Q`` as the reflectors of :func:`~.lapack.tridiagonalize`, ``Z^T`` as
     the rows of ``z_t``."""
     lapack.apply_q(house, tau, y_t, True)
-    w = torch.mm(z_t, y_t.t()).mul_(values.unsqueeze(-1))
-    torch.mm(w.t(), z_t, out=y_t)
+    _eigenbasis_apply_(z_t, values, y_t)
     return lapack.apply_q(house, tau, y_t, False)
+
+
+def _eigenbasis_apply_(z_t: Tensor, values: Tensor, y_t: Tensor) -> Tensor:
+    """``Z diag(values) Z^T Y`` in place on ``y_t`` (``Y`` transposed, a
+    C-contiguous ``(k, m)`` tensor), for ``Z^T`` as the rows of ``z_t``."""
+    w = torch.mm(z_t, y_t.t()).mul_(values.unsqueeze(-1))
+    return torch.mm(w.t(), z_t, out=y_t)
 
 
 def newton_spectrum(eigvals: Tensor, alpha: Tensor, reg: float,
@@ -260,8 +266,9 @@ def _solve(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
                 w_t = deflated_apply(diag, off, y_t, float(alpha[i]), reg, num_iters)
                 if w_t is None:
                     values, z_t = lapack.tridiagonal_eigh(diag, off)
-                    w_t = _eigenvector_apply(z_t.t(), spectrum(values, i), y_t.t()).t()
-                y_t.copy_(w_t)
+                    _eigenbasis_apply_(z_t, spectrum(values, i), y_t)
+                else:
+                    y_t.copy_(w_t)
                 out[i] = lapack.apply_q(house, tau, y_t, False).t()
 
     _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
