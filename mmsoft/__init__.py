@@ -16,7 +16,7 @@ from . import engine, models  # noqa: F401  (registers the classes)
 from .registry import register_in_root_registry, register_model_index
 from .version import __version__, version_info
 
-_taken = register_in_root_registry()
+_taken = register_in_root_registry(models.root_model_names())
 if _taken:
     print_log(f'mmsoft: the root registry already holds {_taken}; use '
               "'mmsoft.<name>' for them", logger='current')

@@ -28,7 +28,7 @@ Everything that changes a process beyond names is :mod:`mmsoft.runtime`,
 which a process opts into.
 """
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_CONSTRUCTORS
@@ -77,24 +77,21 @@ def build_model(cfg: dict, **kwargs: Any) -> Any:
         return MODELS.build(cfg, default_args=kwargs or None)
 
 
-def root_model_names() -> List[str]:
-    """The names :func:`register_in_root_registry` gives mmengine's root
-    ``MODELS``: ``SOFT`` and every registered token mixer."""
-    from .models.attention.token_mixer import token_mixer_names
-    return ['SOFT'] + token_mixer_names()
+def register_in_root_registry(names: Sequence[str]) -> List[str]:
+    """Register mmsoft's classes ``names`` in mmengine's root ``MODELS``.
 
+    Called by ``import mmsoft`` with :func:`mmsoft.models.root_model_names`
+    (``SOFT`` and every token mixer); a name the root already holds for
+    another class is left as it is.
 
-def register_in_root_registry() -> List[str]:
-    """Register :func:`root_model_names` in mmengine's root ``MODELS``.
-
-    Called by ``import mmsoft``; a name the root already holds for another
-    class is left as it is.
+    Args:
+        names (Sequence[str]): Names registered in mmsoft's ``MODELS``.
 
     Returns:
         list[str]: The names left out because the root holds them.
     """
     taken = []
-    for name in root_model_names():
+    for name in names:
         cls = MODELS.get(name)
         held = MMENGINE_MODELS.module_dict.get(name)
         if held is None:

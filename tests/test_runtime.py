@@ -24,8 +24,8 @@ from mmsoft.engine import (
     CompilableOptimWrapperConstructor,
     CPUAmpOptimWrapper,
 )
-from mmsoft.models import SOFT, SOFTAttention
-from mmsoft.registry import MODELS, register_in_root_registry, root_model_names
+from mmsoft.models import SOFT, SOFTAttention, root_model_names
+from mmsoft.registry import MODELS, register_in_root_registry
 from mmsoft.utils import load_local_checkpoint
 
 # What a process looks like from outside mmsoft: mmengine's file backends and
@@ -77,7 +77,7 @@ def test_importing_mmsoft_registers_names_and_changes_nothing_else():
                 pass
         before = snapshot()
         import mmsoft
-        from mmsoft.registry import root_model_names
+        from mmsoft.models import root_model_names
         x = torch.randn(1, 3, 64, 64)
         from mmsoft.models import SOFT
         SOFT(arch='tiny', out_type='featmap', out_indices=(0, 1, 2, 3)).eval()(x)
@@ -111,7 +111,7 @@ def test_only_token_mixers_and_the_backbone_go_into_the_root_registry():
 
     MODELS.register_module(module=InternalPart)
     try:
-        assert register_in_root_registry() == []
+        assert register_in_root_registry(root_model_names()) == []
         assert 'InternalPart' not in ROOT_MODELS.module_dict
         assert MODELS.get('mmsoft.InternalPart') is InternalPart
     finally:
@@ -197,7 +197,7 @@ def test_nothing_replaces_what_someone_else_registered(taken_slots, tmp_path):
     assert runtime.name_cpu_amp_in_root_registry().startswith(
         "skipped: the root registry holds another CPUAmpOptimWrapper; write "
         "'mmsoft.CPUAmpOptimWrapper'")
-    assert register_in_root_registry() == ['SOFT']
+    assert register_in_root_registry(root_model_names()) == ['SOFT']
     assert type(get_file_backend(str(tmp_path / 'y.pth'))) is user_backend
     assert CheckpointLoader._schemes[''] is user_loader
     assert ROOT_MODELS.module_dict['SOFT'] is user_soft
