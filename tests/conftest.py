@@ -47,8 +47,9 @@ def _own_runner_instances():
 
 @pytest.fixture(autouse=True, scope='session')
 def _route_cache(tmp_path_factory):
-    """Newton routes are measured once per test session, into a folder of its
-    own (tools run as subprocesses inherit it), never into the user's cache."""
+    """No test reads a table of Newton routes the user kept: the kept table's
+    folder is an empty one of the session's (tools run as subprocesses
+    inherit it), so the 'auto' route is measured in each process."""
     import os
     os.environ['MMSOFT_CACHE_DIR'] = str(tmp_path_factory.mktemp('mmsoft_cache'))
     yield

@@ -7,6 +7,7 @@ A case is a dict (``spec``) with ``kind`` (``'attention'`` or
 one forward (and backward) call. Backbones at detection sizes against
 PVT-Tiny are :mod:`.detection`'s.
 """
+import contextlib
 from typing import Callable, List
 
 import torch
@@ -16,8 +17,10 @@ SOFT_VARIANTS = {
     'soft-reference': dict(type='SOFTAttention', impl='reference', chunk_size=None),
     'soft-chunked': dict(type='SOFTAttention', chunk_size=4096),
     'soft-capped': dict(type='SOFTAttention', max_landmarks=49),
-    'soft-newton-loop': dict(type='SOFTAttention', inverse=dict(use_eig=False)),
+    'soft-newton-loop': dict(type='SOFTAttention'),
 }
+NEWTON_ROUTES = {'soft-newton-loop': 'loop'}
+"""Variants that force a Newton route (the rest take the route setting)."""
 PEERS = {
     'softmax-sdpa': dict(type='SoftmaxAttention2d'),
     'softmax-plain': dict(type='SoftmaxAttention2d', use_sdpa=False),
@@ -43,8 +46,10 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
     """A closure running one forward (and backward when asked) of ``spec``."""
     import mmsoft  # noqa: F401
     from mmsoft.models.attention import build_token_mixer
+    from mmsoft.ops import use_newton_route
     torch.manual_seed(0)
     kind = spec['kind']
+    route = NEWTON_ROUTES.get(spec['variant'] if kind == 'attention' else spec['attn'])
     if kind == 'attention':
         side = spec['size'] // 4
         module = build_token_mixer(attention_cfg(spec['variant']), 64, 2,
@@ -57,17 +62,19 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
         inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )
     module = module.to(device)
 
+    def call(backward: bool):
+        if not backward:
+            with torch.no_grad():
+                return module(*inputs)
+        loss = module(*inputs)
+        loss = loss if isinstance(loss, torch.Tensor) else sum(o.sum() for o in loss)
+        loss.sum().backward()
+        return None
+
     def run(backward: bool):
         """One call; returns the forward's outputs (None with backward)."""
-        out = None
-        if backward:
-            loss = module(*inputs)
-            loss = loss if isinstance(loss, torch.Tensor) else sum(
-                o.sum() for o in loss)
-            loss.sum().backward()
-        else:
-            with torch.no_grad():
-                out = module(*inputs)
+        with use_newton_route(route) if route else contextlib.nullcontext():
+            out = call(backward)
         if device.startswith('cuda'):
             torch.cuda.synchronize()
         return out

@@ -116,9 +116,9 @@ def paired_ratios(samples: Dict[str, Dict[str, List[float]]],
 
 def split_worker_cpu_seconds() -> float:
     """CPU seconds used so far by the threads of mmsoft's work split
-    (:mod:`mmsoft.ops.thread_split`), from ``/proc`` (Linux; 0 elsewhere),
+    (:mod:`mmsoft.ops.fast.threads`), from ``/proc`` (Linux; 0 elsewhere),
     at clock-tick resolution."""
-    from mmsoft.ops.thread_split import WORKER_NAME
+    from mmsoft.ops.fast.threads import WORKER_NAME
     ticks = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
     total = 0
     for thread in threading.enumerate():

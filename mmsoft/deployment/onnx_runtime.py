@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mmsoft.ops.inverse import NEWTON_NODE, newton_apply
+from mmsoft.ops.dispatch import NEWTON_NODE, newton_apply
 
 _REGISTERED = False
 

@@ -12,8 +12,10 @@ from typing import Optional, Union
 
 from torch import Tensor
 
+from .dispatch import newton_apply
+from .exact import solve_apply
 from .execution import exporting
-from .inverse import identity_like, newton_apply, solve_apply
+from .newton import identity_like
 
 METHODS = ('newton', 'solve')
 NEWTON_VARIANTS = {
@@ -33,9 +35,9 @@ code every released checkpoint comes from)."""
 class InverseCfg:
     """How SOFT inverts the landmark kernel ``A2``: one immutable description.
 
-    The fields ``method``, ``num_iters``, ``reg``, ``backoff`` and
-    ``normalize`` define the function; ``use_eig`` only chooses how a Newton
-    iterate is evaluated (the same function up to rounding).
+    The fields define the function; how a Newton iterate is evaluated (the
+    same function up to rounding) is the route setting of
+    :mod:`~mmsoft.ops.dispatch`, not part of it.
 
     Args:
         method (str): ``'newton'`` (``num_iters`` Newton-Raphson steps on
@@ -51,9 +53,6 @@ class InverseCfg:
             ``0.9 * 2 / (max row sum)^2`` per matrix. Defaults to False.
         normalize (bool): SOFT-Norm: ``D^-1/2 pinv(A2) D^-1/2``. Defaults to
             False.
-        use_eig (bool, optional): Newton only: evaluate the iterate through
-            one eigendecomposition (True), by the loop (False) or whichever is
-            faster for the size and device (None). Defaults to None.
 
     Examples:
         >>> from mmsoft.ops import InverseCfg
@@ -71,18 +70,15 @@ class InverseCfg:
     reg: float = 0.01
     backoff: bool = False
     normalize: bool = False
-    use_eig: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f'Unknown inverse method {self.method!r}; use one of '
-                             f'{METHODS} (the loop or eigendecomposition of Newton '
-                             'is chosen by use_eig).')
-        if self.method != 'newton':
-            for name in ('backoff', 'use_eig'):
-                if getattr(self, name) not in (False, None):
-                    raise ValueError(f'{name}={getattr(self, name)} needs '
-                                     f"method='newton', got {self.method!r}.")
+                             f'{METHODS} (how a Newton iterate is evaluated is the '
+                             'route setting, mmsoft.ops.use_newton_route).')
+        if self.method != 'newton' and self.backoff:
+            raise ValueError(f"backoff=True needs method='newton', got "
+                             f'{self.method!r}.')
         if not isinstance(self.num_iters, int) or self.num_iters < 0:
             raise ValueError(f'num_iters must be a non-negative int, got '
                              f'{self.num_iters!r}.')
@@ -100,6 +96,13 @@ class InverseCfg:
         if isinstance(cfg, cls):
             return dataclasses.replace(cfg, **fields)
         cfg = dict(cfg or {})
+        if 'use_eig' in cfg:
+            raise ValueError(
+                f"use_eig={cfg['use_eig']!r} is gone: how the Newton iterate is "
+                'evaluated is the one route setting, the same function either '
+                "way; use mmsoft.ops.use_newton_route('eigh') (or 'loop') or "
+                'MMSOFT_NEWTON_ROUTE=eigh, and drop use_eig from the inverse '
+                'settings.')
         variant = cfg.pop('variant', None)
         if variant is not None:
             cfg = {**newton_variant(variant), **cfg}
@@ -179,16 +182,15 @@ def bottleneck_apply(a2: Tensor, rhs: Tensor,
     Returns:
         Tensor: ``P @ rhs``, shape (B, m, k).
     """
-    if exporting() and (inverse.method == 'solve' or inverse.use_eig):
-        raise ValueError(f'{inverse} cannot be exported (eigh and Cholesky have no '
-                         "ONNX operator); use method='newton' with use_eig=None.")
+    if exporting() and inverse.method == 'solve':
+        raise ValueError(f"{inverse} cannot be exported (Cholesky has no ONNX "
+                         "operator); use method='newton'.")
     if inverse.normalize:
         d_inv_sqrt = a2.sum(-1).rsqrt().unsqueeze(-1)
         rhs = d_inv_sqrt * rhs
     if inverse.method == 'newton':
         out = newton_apply(a2, rhs, num_iters=inverse.num_iters, reg=inverse.reg,
-                           use_eig=inverse.use_eig, backoff=inverse.backoff,
-                           group=group)
+                           backoff=inverse.backoff, group=group)
     else:
         out = solve_apply(a2, rhs, reg=inverse.reg)
     return d_inv_sqrt * out if inverse.normalize else out

@@ -20,22 +20,22 @@ a model computes, only how it is evaluated (up to float rounding):
   Newton inverse as one ONNX node of mmsoft's own
   (``ai.onnx.contrib::SOFTNewtonApply``, run by :mod:`mmsoft.deployment`)
   instead of ``2 x num_iters`` standard matrix products.
-- :func:`newton_route` / :func:`use_newton_route`: how the Newton iterate is
-  evaluated (``MMSOFT_NEWTON_ROUTE``; :mod:`.newton_routes` measures the
-  default per machine).
-- :func:`work_split` / :func:`use_work_split`: whether CPU work is cut into
-  whole pieces on single-threaded workers (``MMSOFT_WORK_SPLIT``;
-  :mod:`.thread_split`).
+- :func:`work_split` / :func:`use_work_split`: whether the speed layer cuts
+  CPU work into whole pieces on single-threaded workers
+  (``MMSOFT_WORK_SPLIT``; :mod:`mmsoft.ops.fast.threads`).
 - :func:`tile_elements` / :func:`use_tile_elements`: kernel entries per tile
-  of the evaluation without autograd (``MMSOFT_TILE_ELEMENTS``; by default
+  of the speed layer's kernel products (``MMSOFT_TILE_ELEMENTS``; by default
   sized from the CPU's L2 cache).
+
+How the Newton iterate is evaluated is the route setting of
+:mod:`.dispatch` (``MMSOFT_NEWTON_ROUTE``, :func:`~.dispatch.use_newton_route`),
+the module that chooses the code.
 
 Settings made with the ``use_*`` context managers hold for the current
 thread (and asyncio task) only; the environment variables, read at each
 call, are the process-wide defaults.
 """
 import contextlib
-import functools
 import os
 from contextvars import ContextVar
 from typing import Iterator, Optional
@@ -43,17 +43,11 @@ from typing import Iterator, Optional
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-NEWTON_ROUTES = ('auto', 'loop', 'eigh', 'tridiagonal')
-"""Settings of :func:`newton_route`: ``'auto'`` (the measured choice of
-:mod:`.newton_routes`), ``'loop'`` (the ``2 T`` matrix products), ``'eigh'``
-and ``'tridiagonal'`` (:mod:`.newton_spectral`)."""
-NEWTON_ROUTE_ENV = 'MMSOFT_NEWTON_ROUTE'
 WORK_SPLIT_ENV = 'MMSOFT_WORK_SPLIT'
 TILE_ENV = 'MMSOFT_TILE_ELEMENTS'
 
 _FORCED_EXPORT: ContextVar[bool] = ContextVar('mmsoft_export_path', default=False)
 _NEWTON_NODE: ContextVar[bool] = ContextVar('mmsoft_newton_node', default=False)
-_ROUTE: ContextVar[Optional[str]] = ContextVar('mmsoft_newton_route', default=None)
 _SPLIT: ContextVar[Optional[bool]] = ContextVar('mmsoft_work_split', default=None)
 _TILE: ContextVar[Optional[int]] = ContextVar('mmsoft_tile_elements', default=None)
 
@@ -132,48 +126,6 @@ def use_newton_node(enabled: bool = True) -> Iterator[None]:
         _NEWTON_NODE.reset(token)
 
 
-# ------------------------------------------------------------ Newton route
-def _check_route(route: str, source: str) -> str:
-    if route not in NEWTON_ROUTES:
-        raise ValueError(f'{source}={route!r} is not a Newton route; use one of '
-                         f'{NEWTON_ROUTES}.')
-    return route
-
-
-def newton_route() -> str:
-    """The Newton route in force: :func:`use_newton_route`'s, else
-    ``$MMSOFT_NEWTON_ROUTE``, else ``'auto'``; one of :data:`NEWTON_ROUTES`."""
-    route = _ROUTE.get()
-    if route is not None:
-        return route
-    env = os.environ.get(NEWTON_ROUTE_ENV, '').strip()
-    return _check_route(env, NEWTON_ROUTE_ENV) if env else 'auto'
-
-
-@contextlib.contextmanager
-def use_newton_route(route: str) -> Iterator[None]:
-    """Evaluate Newton iterates by ``route`` inside the block (this thread).
-
-    A route other than ``'auto'`` is used for every size and device it can
-    run on: ``'eigh'`` and ``'tridiagonal'`` need a CPU tensor outside an
-    export (``'tridiagonal'`` also SciPy), ``'loop'`` runs everywhere.
-
-    Args:
-        route (str): One of :data:`NEWTON_ROUTES`.
-
-    Examples:
-        >>> import torch
-        >>> from mmsoft.ops import newton_inverse, use_newton_route
-        >>> with use_newton_route('loop'):
-        ...     v = newton_inverse(torch.eye(3) * 2, reg=0.0)
-    """
-    token = _ROUTE.set(_check_route(route, 'route'))
-    try:
-        yield
-    finally:
-        _ROUTE.reset(token)
-
-
 # -------------------------------------------------------------- work split
 def work_split() -> bool:
     """Whether CPU work is split over single-threaded workers:
@@ -205,37 +157,10 @@ def use_work_split(enabled: bool) -> Iterator[None]:
 
 
 # ------------------------------------------------------------- kernel tiles
-L2_TILES = 4
-"""A kernel tile holds this many times the per-core L2 cache, in float32.
-Measured on 2 cores, SOFT's three stage shapes at 800 x 1344: with 2 MiB L2
-(AVX-512 Xeon) 8 MiB tiles were fastest, with 512 KiB L2 (AMD EPYC, Zen 3)
-1-2 MiB tiles, 1.25x faster than 8 MiB ones."""
-DEFAULT_L2 = 2 << 20
-
-
-@functools.lru_cache(maxsize=None)
-def l2_cache_bytes() -> int:
-    """The per-core L2 cache of CPU 0 from Linux's sysfs, else
-    :data:`DEFAULT_L2`."""
-    root = '/sys/devices/system/cpu/cpu0/cache'
-    try:
-        for index in sorted(os.listdir(root)):
-            with open(os.path.join(root, index, 'level')) as f:
-                if f.read().strip() != '2':
-                    continue
-            with open(os.path.join(root, index, 'size')) as f:
-                size = f.read().strip().upper()
-            scale = {'K': 1 << 10, 'M': 1 << 20}.get(size[-1:], 1)
-            return int(size.rstrip('KM')) * scale
-    except (OSError, ValueError):
-        pass
-    return DEFAULT_L2
-
-
-def tile_elements() -> int:
+def tile_elements() -> Optional[int]:
     """Kernel entries per tile: :func:`use_tile_elements`'s setting, else
-    ``$MMSOFT_TILE_ELEMENTS``, else :data:`L2_TILES` times the L2 cache (in
-    float32 entries)."""
+    ``$MMSOFT_TILE_ELEMENTS``, else None (the speed layer sizes tiles from
+    the CPU's L2 cache, :func:`mmsoft.ops.fast.kernel_tiles.default_tile_elements`)."""
     elements = _TILE.get()
     if elements is not None:
         return elements
@@ -244,7 +169,7 @@ def tile_elements() -> int:
         if not env.isdigit() or int(env) < 1:
             raise ValueError(f'{TILE_ENV}={env!r}; use a positive number of entries.')
         return int(env)
-    return L2_TILES * l2_cache_bytes() // 4
+    return None
 
 
 @contextlib.contextmanager

@@ -7,15 +7,15 @@ Shapes: queries ``q`` (B, N, d), landmarks ``k`` (B, m, d) and values ``v``
 - :func:`soft_lowrank_attention`: ``A1 @ (P @ (A1^T @ V))`` with
   ``A1 = k(Q, K~)`` (N x m) and ``P`` the inverse of ``A2 = k(K~, K~)``
   applied to the m x dv matrix ``A1^T @ V`` (:func:`~.bottleneck.bottleneck_apply`,
-  which :class:`~.bottleneck.InverseCfg` configures);
-  time ``O(N m d + T m^3)``; the N x m kernel is never held whole: its two
-  products run in cache-sized tiles, and with autograd the backward
-  recomputes each tile (:mod:`.kernel_products`). Under ``torch.compile``
-  with autograd it runs as aten operations, chunk by chunk under activation
-  checkpointing above ``chunk_size`` tokens.
+  which :class:`~.bottleneck.InverseCfg` configures); time
+  ``O(N m d + T m^3)``. The kernel products are those registered at
+  :mod:`.dispatch` where they apply (the speed layer's: cache-sized tiles,
+  split over workers, with a backward that recomputes each tile), else the
+  plain products, chunk by chunk under activation checkpointing above
+  ``chunk_size`` tokens with autograd.
 - :func:`soft_reference_attention`: the same maths the plain way (distances
-  through products with ones matrices, the N x m product ``A1 @ P`` first),
-  kept as a baseline for tests and benchmarks.
+  through products with ones matrices, the N x m product ``A1 @ P`` first,
+  the Newton loop), kept as a baseline for tests and benchmarks.
 - :func:`exact_gaussian_attention`: the full N x N kernel ``k(Q, Q) @ V``
   that the low-rank factorisation approximates.
 """
@@ -32,17 +32,9 @@ from .bottleneck import (
     bottleneck_apply,
     bottleneck_inverse,
 )
-from .execution import compiling, eager_cpu, exporting
+from .dispatch import lowrank_products, use_newton_route
+from .execution import exporting
 from .gaussian_kernel import gaussian_kernel
-from .kernel_products import (
-    _tile_rows,
-    expand,
-    kernel_expand,
-    kernel_project,
-    landmark_kernel,
-    project,
-)
-from .thread_split import caller_on_one_thread
 
 
 def _at_least_float32(*tensors: Tensor) -> tuple:
@@ -69,21 +61,20 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
 
     The kernel and the inverse run in float32 (float64 stays float64) when
     the inputs are half precision or autocast is on; the result has the dtype
-    of ``v``. Unless exporting, the N x m kernel is never held whole: it is
-    computed tile by tile (:func:`~.execution.tile_elements` entries) into
-    one reused buffer, once for ``A1^T @ V`` and again for ``A1 @ w``, and
-    with autograd once more per product in the backward
-    (:mod:`.kernel_products`). Exported, it is one piece.
+    of ``v``. The products with the N x m kernel are those of the registered
+    :class:`~.dispatch.LowrankProducts` where they apply (the speed layer
+    never holds the kernel whole: it computes it tile by tile, again in the
+    backward), else the plain formula (exported: one piece).
 
     Args:
         q (Tensor): Scaled queries (B, N, d).
         k (Tensor): Landmarks (B, m, d).
         v (Tensor): Values (B, N, dv).
         inverse (InverseCfg): The middle factor. Defaults to ``InverseCfg()``.
-        chunk_size (int, optional): With autograd under ``torch.compile``
-            (where the tiles run as aten operations), when set and smaller
-            than N, evaluate in chunks of this many queries with
-            recomputation in the backward. Defaults to None (one piece).
+        chunk_size (int, optional): Where the plain products run with
+            autograd (under ``torch.compile``), when set and smaller than N,
+            evaluate in chunks of this many queries with recomputation in
+            the backward. Defaults to None (one piece).
         group (int): Consecutive batch entries that are the heads of one
             image (they share the back-off step). Defaults to 1.
 
@@ -93,57 +84,39 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
     out_dtype = v.dtype
-    # Eager CPU only: the context changes thread settings (no graph op).
-    glue = caller_on_one_thread(q) if eager_cpu(q) else contextlib.nullcontext()
-    with torch.autocast(device_type=q.device.type, enabled=False), glue:
+    fast = lowrank_products()
+    context = fast.caller_context(q) if fast else contextlib.nullcontext()
+    with torch.autocast(device_type=q.device.type, enabled=False), context:
         q, k, v = _at_least_float32(q, k, v)
-        a2 = landmark_kernel(k)
+        a2 = fast.landmark_kernel(k) if fast else None
+        if a2 is None:
+            a2 = gaussian_kernel(k, k)
 
         def middle(u: Tensor) -> Tensor:
             return bottleneck_apply(a2, u, inverse, group)
 
-        n = q.shape[-2]
         needs_grad = torch.is_grad_enabled() and any(
             t.requires_grad for t in (q, k, v))
-        # Exported, the kernel is one piece: a loop over tiles would be
-        # unrolled into the graph, tile by tile.
-        if not exporting() and not needs_grad:
-            out = _tiled_lowrank(q, k, v, middle)
-        elif not (exporting() or compiling()):
-            out = expand(q, k, middle(project(q, k, v)))
-        elif chunk_size is None or exporting() or chunk_size >= n:
-            a1 = gaussian_kernel(q, k)
-            out = a1 @ middle(a1.transpose(-2, -1) @ v)
-        else:
-            starts = range(0, n, chunk_size)
-            u = sum(_checkpointed(_project, q[:, s:s + chunk_size], k,
-                                  v[:, s:s + chunk_size]) for s in starts)
-            w = middle(u)
-            out = torch.cat([_checkpointed(_expand, q[:, s:s + chunk_size], k, w)
-                             for s in starts], dim=1)
+        out = fast.lowrank(q, k, v, middle, needs_grad) if fast else None
+        if out is None:
+            out = _plain_lowrank(q, k, v, middle, chunk_size)
     return out.to(out_dtype)
 
 
-def _tiled_lowrank(q: Tensor, k: Tensor, v: Tensor, middle) -> Tensor:
-    """``A1 @ middle(A1^T @ v)`` without autograd, one kernel tile at a time.
-
-    A kernel larger than one tile is computed twice, tile by tile, by
-    :func:`kernel_project` and :func:`kernel_expand`, which costs
-    ``N m (d + 2)`` more multiply-adds but keeps each tile in cache; in eager
-    mode a kernel that fits in one tile is computed once. Under
-    ``torch.compile`` both run as the operators ``mmsoft::kernel_project``
-    and ``mmsoft::kernel_expand``, so the compiled model keeps the tiles and
-    the work split.
-    """
-    if not compiling() and _tile_rows(q, k) >= q.shape[-2]:
-        kernel = gaussian_kernel(q, k)
-        return torch.bmm(kernel, middle(torch.bmm(kernel.transpose(-2, -1), v)))
-    if compiling():
-        project = torch.ops.mmsoft.kernel_project
-        expand = torch.ops.mmsoft.kernel_expand
-    else:
-        project, expand = kernel_project, kernel_expand
-    return expand(q, k, middle(project(q, k, v)))
+def _plain_lowrank(q: Tensor, k: Tensor, v: Tensor, middle,
+                   chunk_size: Optional[int]) -> Tensor:
+    """``A1 @ middle(A1^T @ v)`` by plain products, in chunks of ``chunk_size``
+    queries (recomputed in the backward) unless exporting."""
+    n = q.shape[-2]
+    if chunk_size is None or exporting() or chunk_size >= n:
+        a1 = gaussian_kernel(q, k)
+        return a1 @ middle(a1.transpose(-2, -1) @ v)
+    starts = range(0, n, chunk_size)
+    u = sum(_checkpointed(_project, q[:, s:s + chunk_size], k, v[:, s:s + chunk_size])
+            for s in starts)
+    w = middle(u)
+    return torch.cat([_checkpointed(_expand, q[:, s:s + chunk_size], k, w)
+                      for s in starts], dim=1)
 
 
 def _checkpointed(fn, *args: Tensor) -> Tensor:
@@ -170,13 +143,12 @@ def soft_reference_attention(q: Tensor, k: Tensor, v: Tensor,
     Squared distances are formed with products against ones matrices and the
     factors are multiplied left to right, ``(A1 @ P) @ (A1^T @ V)``, as a
     direct transcription of the formula does; a Newton inverse is evaluated
-    by the iteration loop whatever ``inverse.use_eig`` says. Same arguments
-    (without ``chunk_size``) and result.
+    by the reference loop (route ``'loop'``, whatever the route setting
+    outside says). Same arguments (without ``chunk_size``) and result.
     """
     out_dtype = v.dtype
-    if inverse.method == 'newton':
-        inverse = inverse.replace(use_eig=False)
-    with torch.autocast(device_type=q.device.type, enabled=False):
+    with torch.autocast(device_type=q.device.type, enabled=False), \
+            use_newton_route('loop'):
         q, k, v = _at_least_float32(q, k, v)
         p = bottleneck_inverse(_kernel_with_ones(k, k), inverse, group)
         a1 = _kernel_with_ones(q, k)

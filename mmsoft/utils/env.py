@@ -47,9 +47,22 @@ def collect_env() -> Dict[str, str]:
             info[name] = 'not installed'
     info['MMCV ops'] = _mmcv_ops_status()
     info['CPU'] = cpu_model()
-    from mmsoft.ops.newton_routes import route_report
     info.update(route_report())
     return {key: str(value) for key, value in info.items()}
+
+
+def route_report() -> Dict[str, str]:
+    """What decides the Newton route here: the setting, the registered routes
+    and the ``'auto'`` setting's choices by size class (kept or measured in
+    this process)."""
+    from mmsoft.ops.dispatch import setting_report
+    from mmsoft.ops.fast.route_choice import report
+    return {**setting_report(), **report()}
+
+
+def format_route_report() -> str:
+    """:func:`route_report` on one line (the benchmarks print it)."""
+    return '; '.join(f'{k}: {v}' for k, v in route_report().items())
 
 
 def cpu_model() -> str:
@@ -58,7 +71,7 @@ def cpu_model() -> str:
 
     Every timing table prints it: speed ratios differ between CPU families.
     """
-    from mmsoft.ops.newton_routes import cpu_info
+    from mmsoft.ops.fast.route_choice import cpu_info
     return cpu_info()['model name']
 
 

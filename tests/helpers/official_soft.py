@@ -109,7 +109,7 @@ def _ln(x, sd, prefix, eps):
                         eps)
 
 
-def _released_newton_inv(mats):
+def released_newton_inv(mats):
     """The back-off Newton inverse of the released code, for one image.
 
     ``mats`` holds the landmark kernels of all heads of one image, (h, m, m).
@@ -132,7 +132,7 @@ def _released_newton_inv(mats):
     return v
 
 
-def _ridge_newton_inv(a2):
+def ridge_newton_inv(a2):
     """mmsoft's default: per head, alpha = 0.9 * 2 / (max row sum)^2 on A + 0.01 I."""
     pm = a2 + 0.01 * torch.eye(len(a2), dtype=a2.dtype)
     inv = 0.9 * 2 / a2.sum(-1).max() ** 2 * pm
@@ -158,9 +158,9 @@ def _soft_attention(x, sd, p, hw, heads, r, normalize=False, newton='ridge'):
         a1s.append(torch.exp(-((q[i][:, None] - lm[None]) ** 2).sum(-1) / 2))
         a2s.append(torch.exp(-((lm[:, None] - lm[None]) ** 2).sum(-1) / 2))
     if newton == 'backoff':
-        invs = list(_released_newton_inv(torch.stack(a2s)))
+        invs = list(released_newton_inv(torch.stack(a2s)))
     else:
-        invs = [_ridge_newton_inv(a2) for a2 in a2s]
+        invs = [ridge_newton_inv(a2) for a2 in a2s]
     outs = []
     for i in range(heads):
         inv = invs[i]

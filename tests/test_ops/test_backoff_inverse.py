@@ -1,6 +1,8 @@
 """The released checkpoints' back-off Newton inverse, image by image."""
 import pytest
 import torch
+from helpers.kernels import landmark_kernels
+from helpers.official_soft import released_newton_inv
 
 from mmsoft.ops import (
     InverseCfg,
@@ -8,27 +10,12 @@ from mmsoft.ops import (
     bottleneck_inverse,
     gaussian_kernel,
     newton_inverse,
+    newton_route_names,
     soft_lowrank_attention,
     soft_reference_attention,
+    use_newton_route,
 )
-
-
-def released_newton_inv(mat):
-    """A plain transcription of the released ``newton_inv`` for a batch of one:
-    ``mat`` (1, h, m, m); every maximum is over the whole tensor."""
-    eye = torch.eye(mat.shape[-1], dtype=mat.dtype)
-    alpha = 2 / torch.max(torch.sum(mat, dim=-1)) ** 2
-    v = alpha * mat
-    pnorm = torch.max(torch.sum(torch.abs(eye - mat @ v), dim=-2))
-    count = 0
-    while pnorm > 1.01 and count < 10:
-        alpha = alpha * 0.5
-        v = alpha * mat
-        pnorm = torch.max(torch.sum(torch.abs(eye - mat @ v), dim=-2))
-        count += 1
-    for _ in range(20):
-        v = 2 * v - v @ mat @ v
-    return v
+from mmsoft.ops.newton import _column_sums_by_product, _column_sums_of_square
 
 
 def image_kernels(heads=3, m=12, d=8, seed=0, spreads=(0.15, 0.6, 1.5)):
@@ -47,15 +34,16 @@ def halvings(mats, group):
     return torch.log2(start / alpha).round()
 
 
-@pytest.mark.parametrize('use_eig', [False, True])
-def test_backoff_equals_the_released_inverse_for_one_image(use_eig):
+@pytest.mark.parametrize('route', newton_route_names())
+def test_backoff_equals_the_released_inverse_for_one_image(route):
     mats = image_kernels()
     assert mats.sum(-1).amax(-1).unique().numel() == 3  # different row sums
     assert halvings(mats, 3).max() > 0                 # the back-off is taken
-    ours = newton_inverse(mats, reg=0.0, use_eig=use_eig, backoff=True, group=3)
-    torch.testing.assert_close(ours, released_newton_inv(mats[None])[0])
-    cfg = InverseCfg.from_variant('backoff', use_eig=use_eig)
-    torch.testing.assert_close(bottleneck_inverse(mats, cfg, group=3), ours)
+    with use_newton_route(route):
+        ours = newton_inverse(mats, reg=0.0, backoff=True, group=3)
+        cfg = InverseCfg.from_variant('backoff')
+        torch.testing.assert_close(bottleneck_inverse(mats, cfg, group=3), ours)
+    torch.testing.assert_close(ours, released_newton_inv(mats))
 
 
 def test_the_step_is_shared_by_the_heads_of_one_image_only():
@@ -107,7 +95,7 @@ def test_backoff_traces_without_data_dependent_branches():
     assert halvings(mild, 3).max() == 0 and halvings(tight, 3).max() > 0
 
     def inverse(a):
-        return newton_inverse(a, reg=0.0, use_eig=False, backoff=True, group=3)
+        return newton_inverse(a, reg=0.0, backoff=True, group=3)
 
     traced = torch.jit.trace(inverse, (mild, ), check_trace=False)
     torch.testing.assert_close(traced(tight), inverse(tight))
@@ -131,3 +119,24 @@ def test_bad_settings_are_explained():
         InverseCfg.from_variant('fast')
     with pytest.raises(ValueError, match='do not split into groups of 4'):
         backoff_initial_scale(torch.eye(3).expand(6, 3, 3), group=4)
+
+
+def test_cheap_backoff_test_equals_the_product():
+    a = landmark_kernels(6, 80, spread=0.2)
+    alpha = torch.logspace(-6, 0, 6, dtype=torch.float64).reshape(6, 1)
+    cheap = _column_sums_of_square(a, a.sum(-1))(alpha)
+    torch.testing.assert_close(cheap, _column_sums_by_product(a)(alpha))
+
+
+def test_backoff_with_negative_entries_takes_the_product():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 12, 12, generator=gen, dtype=torch.float64)
+    a = x @ x.transpose(-2, -1)  # symmetric, with negative entries
+    eye = torch.eye(12, dtype=torch.float64)
+    alpha = 2 / a.abs().sum(-1).amax(-1).amax() ** 2
+    for _ in range(10):  # the released rule, written out
+        if (eye - alpha * a @ a).abs().sum(-2).amax() <= 1.01:
+            break
+        alpha = alpha / 2
+    torch.testing.assert_close(backoff_initial_scale(a, group=2).flatten(),
+                               alpha.expand(2))

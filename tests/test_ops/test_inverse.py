@@ -1,37 +1,31 @@
 """Newton-Raphson inverse against the exact inverse, and its custom backward."""
 import pytest
 import torch
+from helpers.kernels import landmark_kernels, random_spd, relative
 
 from mmsoft.ops import (
-    NEWTON_ROUTES,
     InverseCfg,
-    gaussian_kernel,
     newton_apply,
     newton_inverse,
     newton_iterate,
-    newton_iterate_eig,
     newton_residual,
-    prefers_eig,
+    newton_route_names,
     soft_lowrank_attention,
     solve_apply,
     solve_inverse,
     use_newton_route,
 )
-from mmsoft.ops.newton_routes import MIN_MEASURED, choose_route
-from mmsoft.ops.newton_spectral import newton_scalar_iterate
+from mmsoft.ops.dispatch import route_name_for
+from mmsoft.ops.fast.route_choice import MIN_MEASURED
+from mmsoft.ops.fast.spectrum import newton_scalar_iterate
+
+SPECTRAL = [r for r in newton_route_names() if r not in ('auto', 'loop')]
 
 
-def random_spd(batch, size, dtype=torch.float64, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    base = torch.randn(batch, size, size, generator=gen, dtype=dtype)
-    return base @ base.transpose(-2, -1) / size + 0.5 * torch.eye(size, dtype=dtype)
-
-
-def kernel_matrix(batch, m, d=32, seed=0, spread=0.5):
-    """Landmark kernels; a smaller spread gives closer landmarks, worse conditioning."""
-    gen = torch.Generator().manual_seed(seed)
-    landmarks = torch.randn(batch, m, d, generator=gen) * d**-0.25 * spread
-    return gaussian_kernel(landmarks, landmarks)
+def kernel_matrix(batch, m, seed=0, spread=0.5):
+    """float32 landmark kernels; a smaller spread gives closer landmarks,
+    worse conditioning."""
+    return landmark_kernels(batch, m, seed=seed, spread=spread, dtype=torch.float32)
 
 
 def regularised(a, reg=0.01):
@@ -107,12 +101,14 @@ def test_non_square_input_is_rejected():
 
 
 @pytest.mark.parametrize('num_iters', [3, 8, 20])
-def test_eig_newton_is_the_same_function_converged_or_not(num_iters):
+@pytest.mark.parametrize('route', SPECTRAL)
+def test_spectral_newton_is_the_same_function_converged_or_not(route, num_iters):
     a = kernel_matrix(4, 100, spread=0.25).double()  # 3-8 steps unconverged
     loop = newton_iterate(a, num_iters)
-    eig = newton_iterate_eig(a, num_iters)
+    with use_newton_route(route):
+        spectral = newton_inverse(a, num_iters)
     assert (newton_residual(regularised(a), loop) > 1e-2).any() or num_iters == 20
-    rel = (eig - loop).norm(dim=(-2, -1)) / loop.norm(dim=(-2, -1))
+    rel = (spectral - loop).norm(dim=(-2, -1)) / loop.norm(dim=(-2, -1))
     assert rel.max() < 1e-6
 
 
@@ -125,55 +121,54 @@ def test_eig_newton_in_float32_keeps_the_attention_output(normalize):
     k = q[:, torch.randperm(600, generator=gen)[:100]]
     v = torch.randn(4, 600, 32, generator=gen)
 
-    def attend(use_eig, dtype):
-        return soft_lowrank_attention(q.to(dtype), k.to(dtype), v.to(dtype),
-                                      InverseCfg(normalize=normalize,
-                                                 use_eig=use_eig)).double()
+    def attend(route, dtype):
+        with use_newton_route(route):
+            return soft_lowrank_attention(q.to(dtype), k.to(dtype), v.to(dtype),
+                                          InverseCfg(normalize=normalize)).double()
 
-    ref = attend(False, torch.float64)
-    for use_eig in (False, True):
-        assert (attend(use_eig, torch.float32) - ref).norm() / ref.norm() < 2e-5
+    ref = attend('loop', torch.float64)
+    for route in newton_route_names()[1:]:
+        assert relative(attend(route, torch.float32), ref) < 2e-5, route
 
 
 def test_newton_takes_the_route_chosen_for_its_size_on_cpu():
-    assert not prefers_eig(torch.zeros(2, MIN_MEASURED - 1, MIN_MEASURED - 1))
+    assert route_name_for('cpu', MIN_MEASURED - 1, False) == 'loop'
+    assert route_name_for('cuda', 1000, False) == 'loop'
+    assert route_name_for('cpu', 1000, True) == 'loop'  # exporting
     a = kernel_matrix(2, 96).double()
-    route = choose_route(a)  # measured on this machine for 96 landmarks
-    assert route in NEWTON_ROUTES and route != 'auto'
+    route = route_name_for('cpu', 96, False)  # measured here for 96 landmarks
+    assert route in newton_route_names()[1:]
     with use_newton_route(route):
         forced = newton_inverse(a)
     torch.testing.assert_close(newton_inverse(a), forced)
-    with use_newton_route('eigh'):
-        torch.testing.assert_close(newton_inverse(a), newton_iterate_eig(a))
-    loop = newton_iterate(a)
-    assert (newton_inverse(a) - loop).norm() / loop.norm() < 1e-6
+    assert relative(newton_inverse(a), newton_iterate(a)) < 1e-6
 
 
-@pytest.mark.parametrize('use_eig', [False, True])
-def test_newton_apply_is_the_inverse_times_rhs_with_its_backward(use_eig):
+@pytest.mark.parametrize('route', newton_route_names()[1:])
+def test_newton_apply_is_the_inverse_times_rhs_with_its_backward(route):
     a = random_spd(3, 9).requires_grad_()
     rhs = torch.randn(3, 9, 4, dtype=torch.float64, requires_grad=True)
     # The eigendecomposition reads a symmetric matrix, so perturb symmetrically.
-    assert torch.autograd.gradcheck(
-        lambda x, r: newton_apply((x + x.transpose(-2, -1)) / 2, r, num_iters=60,
-                                  use_eig=use_eig),
-        (a, rhs), eps=1e-6, atol=1e-5)
-    torch.testing.assert_close(newton_apply(a, rhs, use_eig=use_eig),
-                               exact(a) @ rhs)
+    with use_newton_route(route):
+        assert torch.autograd.gradcheck(
+            lambda x, r: newton_apply((x + x.transpose(-2, -1)) / 2, r, num_iters=60),
+            (a, rhs), eps=1e-6, atol=1e-5)
+        torch.testing.assert_close(newton_apply(a, rhs), exact(a) @ rhs)
     torch.testing.assert_close(solve_apply(a, rhs), exact(a) @ rhs)
     with pytest.raises(ValueError, match=r'rhs of shape \(3, 8, 4\)'):
         newton_apply(a, rhs[:, :8])
 
 
-def test_eig_newton_gradcheck():
+@pytest.mark.parametrize('route', SPECTRAL)
+def test_spectral_newton_gradcheck(route):
     # The eigendecomposition reads a symmetric matrix, so perturb symmetrically.
     a = random_spd(2, 5).requires_grad_()
 
     def symmetric_inverse(x):
-        return newton_inverse((x + x.transpose(-2, -1)) / 2, num_iters=60,
-                              use_eig=True)
+        return newton_inverse((x + x.transpose(-2, -1)) / 2, num_iters=60)
 
-    assert torch.autograd.gradcheck(symmetric_inverse, (a,), eps=1e-6, atol=1e-5)
+    with use_newton_route(route):
+        assert torch.autograd.gradcheck(symmetric_inverse, (a,), eps=1e-6, atol=1e-5)
 
 
 def test_newton_residual_is_the_formula():
@@ -203,22 +198,27 @@ def test_scalar_iterate_is_the_newton_recursion(num_iters):
     torch.testing.assert_close(single, v.float(), rtol=1e-6, atol=0)
 
 
-def test_eig_newton_compiles_with_inductor():
-    # Written as the recursion, inductor inlined each step into the next and
-    # never finished compiling; the alarm turns a hang into a failure.
+@pytest.mark.parametrize('route', SPECTRAL)
+def test_spectral_newton_compiles_with_inductor(route):
+    # Written as the recursion, inductor inlined each step of the scalar
+    # iterate into the next and never finished compiling; the alarm turns a
+    # hang into a failure.
     import signal
 
     def give_up(*_):
-        raise TimeoutError('inductor did not compile newton_iterate_eig in 240 s')
+        raise TimeoutError(f'inductor did not compile the {route} route in 240 s')
 
     torch._dynamo.reset()
     a = random_spd(2, 100).float()
     previous = signal.signal(signal.SIGALRM, give_up)
     signal.alarm(240)
     try:
-        compiled = torch.compile(newton_iterate_eig, backend='inductor')(a)
+        with use_newton_route(route):
+            compiled = torch.compile(newton_inverse, backend='inductor')(a)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    eager = newton_iterate_eig(a)
+        torch._dynamo.reset()
+    with use_newton_route(route):
+        eager = newton_inverse(a)
     assert float((compiled - eager).abs().max() / eager.abs().max()) < 1e-5

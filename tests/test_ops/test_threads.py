@@ -1,5 +1,6 @@
 """Work split over single-threaded workers: same results, thread count restored."""
 import multiprocessing as mp
+import os
 import threading
 import time
 
@@ -10,16 +11,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mmsoft.ops import (
     InverseCfg,
     gaussian_kernel,
+    newton_inverse,
     newton_iterate,
-    newton_iterate_eig,
     soft_lowrank_attention,
+    use_newton_route,
     use_work_split,
 )
-from mmsoft.ops.kernel_products import landmark_kernel
-from mmsoft.ops.thread_split import (
+from mmsoft.ops.fast import spectral
+from mmsoft.ops.fast.kernel_tiles import landmark_kernel
+from mmsoft.ops.fast.spectrum import newton_spectrum
+from mmsoft.ops.fast.threads import (
     caller_on_one_thread,
     map_single_threaded,
-    parallel_eigh,
     row_spans,
     split_workers,
 )
@@ -84,21 +87,26 @@ def test_workers_build_no_autograd_graph(two_threads):
     assert all(out.grad_fn is None for out in outs)
 
 
-@pytest.mark.parametrize('shape', [(5, 40, 40), (2, 3, 30, 30), (1, 25, 25)])
-def test_parallel_eigh_is_torch_eigh(two_threads, shape):
-    a = symmetric(int(torch.tensor(shape[:-2]).prod()), shape[-1]).reshape(shape)
-    values, vectors = parallel_eigh(a)
+@pytest.mark.parametrize('batch,m', [(5, 40), (6, 30), (1, 25)])
+def test_split_eigh_factors_are_torch_eigh(two_threads, batch, m):
+    a = symmetric(batch, m)
+    alpha = torch.full((batch,), 0.5, dtype=torch.float64)
+    values, vectors = spectral._factorize(a, alpha, 0.0, 0, 'eigh')
     ref_values, _ = torch.linalg.eigh(a)
-    assert values.shape == shape[:-1] and vectors.shape == shape
-    torch.testing.assert_close(values, ref_values, rtol=1e-12, atol=1e-12)
-    rebuilt = (vectors * values.unsqueeze(-2)) @ vectors.transpose(-2, -1)
+    assert values.shape == (batch, m) and vectors.shape == (batch, m, m)
+    # No Newton step: v_0 = alpha * l per eigenvalue.
+    torch.testing.assert_close(values, newton_spectrum(ref_values, 0.5, 0.0, 0),
+                               rtol=1e-12, atol=1e-12)
+    rebuilt = (vectors * (values / 0.5).unsqueeze(-2)) @ vectors.transpose(-2, -1)
     torch.testing.assert_close(rebuilt, a, rtol=1e-10, atol=1e-10)
 
 
-def test_newton_through_split_eigh_equals_the_loop(two_threads):
+@pytest.mark.parametrize('route', ['eigh', 'tridiagonal'])
+def test_newton_through_split_routes_equals_the_loop(two_threads, route):
     a = symmetric(4, 120, seed=1)
-    torch.testing.assert_close(newton_iterate_eig(a), newton_iterate(a),
-                               rtol=1e-9, atol=1e-9)
+    with use_newton_route(route):
+        torch.testing.assert_close(newton_inverse(a), newton_iterate(a),
+                                   rtol=1e-9, atol=1e-9)
 
 
 class _Recorder(TorchDispatchMode):
@@ -141,7 +149,7 @@ def test_split_tiles_equal_one_thread(monkeypatch, tile_elements):
 
 
 def test_landmark_kernel_split_over_heads_is_the_gaussian_kernel(two_threads, monkeypatch):
-    import mmsoft.ops.kernel_products as kernel_products
+    import mmsoft.ops.fast.kernel_tiles as kernel_products
     k = torch.randn(5, 40, 8, generator=torch.Generator().manual_seed(0))
     pieces = []
 
@@ -160,15 +168,16 @@ def test_landmark_kernel_split_over_heads_is_the_gaussian_kernel(two_threads, mo
 
 
 def _eigh_in_child(a, queue):
-    values, _ = parallel_eigh(a)
-    queue.put(values.shape[-1])
+    with use_newton_route('eigh'):
+        queue.put(newton_inverse(a).shape[-1])
 
 
 def test_a_forked_child_gets_its_own_workers(two_threads):
     # The matrices are made before the fork: any multi-threaded torch
     # operation in a child forked after the parent ran one hangs in OpenMP.
     a = symmetric(4, 30)
-    parallel_eigh(a)  # the parent's pool exists
+    with use_newton_route('eigh'):
+        newton_inverse(a)  # the parent's pool exists
     ctx = mp.get_context('fork')
     queue = ctx.Queue()
     child = ctx.Process(target=_eigh_in_child, args=(a, queue))
@@ -176,7 +185,7 @@ def test_a_forked_child_gets_its_own_workers(two_threads):
     child.join(timeout=60)
     if child.is_alive():
         child.kill()
-        pytest.fail('parallel_eigh hung in a forked child')
+        pytest.fail('the eigh route hung in a forked child')
     assert child.exitcode == 0 and queue.get(timeout=5) == 30
 
 
@@ -222,3 +231,43 @@ def test_the_caller_runs_one_thread_while_the_split_keeps_its_workers(two_thread
     assert torch.get_num_threads() == 2
     with use_work_split(False), caller_on_one_thread(x):  # no split: untouched
         assert torch.get_num_threads() == 2
+
+
+def _choose_in_child(queue):
+    from mmsoft.ops.fast import route_choice
+    queue.put(route_choice.choose('cpu', 1100))
+
+
+def test_a_child_forked_while_a_route_is_measured_measures_its_own(monkeypatch):
+    # GNU OpenMP is not fork-safe: a child forked after a parallel torch
+    # operation hangs at its first one (plain torch too), so the child here
+    # runs one thread; mmsoft's own state (the pool, the route choices, the
+    # BLAS window) starts anew in it instead of waiting on the parent's locks.
+    from mmsoft.ops.fast import route_choice
+    parent, measuring, release = os.getpid(), threading.Event(), threading.Event()
+
+    def measure(m, rounds=1):
+        if os.getpid() == parent:
+            measuring.set()
+            release.wait(60)  # holds the choice's lock until released
+        return dict(route='loop', m=m, ms={'loop': 1.0}, busy=None, when='now')
+
+    monkeypatch.setattr(route_choice, 'measure', measure)
+    route_choice.forget_measurements()
+    holder = threading.Thread(target=route_choice.choose, args=('cpu', 70))
+    holder.start()
+    try:
+        assert measuring.wait(60)
+        ctx = mp.get_context('fork')
+        queue = ctx.Queue()
+        child = ctx.Process(target=_choose_in_child, args=(queue,))
+        child.start()
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+            pytest.fail("a forked child waited on the parent's route lock")
+        assert child.exitcode == 0 and queue.get(timeout=5) == 'loop'
+    finally:
+        release.set()
+        holder.join()
+        route_choice.forget_measurements()

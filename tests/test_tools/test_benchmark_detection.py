@@ -28,7 +28,7 @@ def test_a_small_run_times_every_case_against_pvt(tmp_path, capsys):
     with open(tmp_path / 'detection.csv') as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     out = capsys.readouterr().out
-    assert 'fp32 matmul peak' in out and 'Newton route: auto (measured per machine)' in out
+    assert 'fp32 matmul peak' in out and 'Newton route: auto (default)' in out
     assert '| 64 x 96 | forward | SOFT-Norm-Tiny backoff | ' in out
 
 

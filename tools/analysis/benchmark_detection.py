@@ -35,9 +35,8 @@ from mmsoft.benchmark.timing import (
     paired_ratios,
     sample_round_robin,
 )
-from mmsoft.ops import NEWTON_ROUTES
-from mmsoft.ops.newton_routes import format_route_report
-from mmsoft.utils.env import cpu_model
+from mmsoft.ops import newton_route_names
+from mmsoft.utils.env import cpu_model, format_route_report
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--inverses', nargs='+', default=list(INVERSES),
                         choices=list(INVERSES))
     parser.add_argument('--routes', nargs='+', default=['auto'],
-                        choices=list(NEWTON_ROUTES))
+                        choices=list(newton_route_names()))
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--threads', type=int,
                         help="torch threads (default: torch's)")

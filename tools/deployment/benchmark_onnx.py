@@ -28,8 +28,7 @@ from typing import Callable, Dict, List
 import torch
 import torch.nn as nn
 
-from mmsoft.ops.newton_routes import format_route_report
-from mmsoft.utils.env import cpu_model
+from mmsoft.utils.env import cpu_model, format_route_report
 
 CASES = {'224': ((224, 224), 'cls_token'), '800x1344': ((800, 1344), 'featmap')}
 

@@ -92,7 +92,7 @@ class SOFTAttention(TokenMixer):
         inverse (dict | InverseCfg | InverseSlot, optional): How
             ``pinv(A2)`` is computed: the fields of
             :class:`mmsoft.ops.InverseCfg` (``method``, ``num_iters``,
-            ``reg``, ``backoff``, ``use_eig``) or ``variant='ridge'``/
+            ``reg``, ``backoff``) or ``variant='ridge'``/
             ``'backoff'``; ``normalize`` is set above. A SOFT backbone passes
             the :class:`mmsoft.ops.InverseSlot` all its layers share (its
             ``normalize`` must agree). Defaults to None: ``InverseCfg()``,

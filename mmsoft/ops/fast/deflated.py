@@ -2,7 +2,7 @@
 
 From ``V_0 = alpha P`` the iterate is, per eigenvalue ``l`` of ``P``,
 ``v_T(l) = (1 - (1 - alpha l^2)^(2^T)) / l``
-(:func:`~.newton_spectral.newton_scalar_iterate`): ``l h(l^2)`` with ``h``
+(:func:`~.spectrum.newton_scalar_iterate`): ``l h(l^2)`` with ``h``
 a polynomial of degree ``2^T - 1``. Where
 ``t = 2^T alpha l^2 <= 4``, ``h`` is as smooth as ``(1 - e^-t) / t``, and a
 Chebyshev series of degree :data:`DEGREE` in ``x = l^2`` on
@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from . import lapack
-from .newton_spectral import newton_scalar_iterate
+from .spectrum import newton_scalar_iterate
 
 DEGREE = 12
 """Degree of the Chebyshev series of ``h`` on ``t <= T_SPLIT``."""
@@ -40,7 +40,7 @@ T_SPLIT = 4.0
 """Eigenvalues with ``2^T alpha l^2`` above this are taken one by one."""
 MAX_COLUMNS = 64
 """Widest ``Y`` taken (the attention's head width); wider ones, as the
-identity of :func:`~.inverse.newton_inverse`, cost more than the full
+identity of :func:`~mmsoft.ops.newton_inverse`, cost more than the full
 eigenvectors."""
 
 

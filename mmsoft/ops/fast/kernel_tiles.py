@@ -3,12 +3,12 @@
 SOFT's attention multiplies by the query-landmark kernel twice,
 ``u = A1^T v`` (:func:`kernel_project`) and ``out = A1 w``
 (:func:`kernel_expand`), and never needs ``A1`` whole: each is evaluated a
-tile of query rows at a time (:func:`~.execution.tile_elements` kernel
-entries, sized to stay in cache), each tile's kernel computed from one
-matrix product of augmented points and an ``exp2``. On CPU the query rows
-are split into one span per intra-op thread and each span's tiles run on a
-single-threaded worker (:mod:`.thread_split`), so the threads join once per
-call instead of after every operation on every tile.
+tile of query rows at a time (:func:`tile_elements` kernel entries, sized to
+stay in cache), each tile's kernel computed from one matrix product of
+augmented points and an ``exp2``. On CPU the query rows are split into one
+span per intra-op thread and each span's tiles run on a single-threaded
+worker (:mod:`.threads`), so the threads join once per call instead of
+after every operation on every tile.
 
 With autograd, :func:`project` and :func:`expand` are the same products with
 a backward that recomputes each tile instead of storing the kernel: the
@@ -19,22 +19,61 @@ run as the operators ``mmsoft::kernel_project`` and ``mmsoft::kernel_expand``.
 
 The landmarks' own ``m x m`` kernel ``A2`` (:func:`landmark_kernel`) is
 split the same way, a part of the heads per worker.
+
+:data:`PRODUCTS` is what the low-rank attention gets from
+:func:`mmsoft.ops.dispatch.lowrank_products`.
 """
-from typing import Iterator, List, Tuple
+import contextlib
+import functools
+import os
+from typing import Callable, ContextManager, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from .execution import tile_elements
-from .gaussian_kernel import augmented_points, gaussian_kernel
-from .thread_split import map_single_threaded, row_spans, split_workers
+from .. import execution
+from ..execution import compiling, eager_cpu, exporting
+from ..gaussian_kernel import augmented_points, gaussian_kernel
+from .threads import caller_on_one_thread, map_single_threaded, row_spans, split_workers
+
+L2_TILES = 4
+"""A kernel tile holds this many times the per-core L2 cache, in float32.
+Measured on 2 cores, SOFT's three stage shapes at 800 x 1344: with 2 MiB L2
+(AVX-512 Xeon) 8 MiB tiles were fastest, with 512 KiB L2 (AMD EPYC, Zen 3)
+1-2 MiB tiles, 1.25x faster than 8 MiB ones."""
+DEFAULT_L2 = 2 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def l2_cache_bytes() -> int:
+    """The per-core L2 cache of CPU 0 from Linux's sysfs, else
+    :data:`DEFAULT_L2`."""
+    root = '/sys/devices/system/cpu/cpu0/cache'
+    try:
+        for index in sorted(os.listdir(root)):
+            with open(os.path.join(root, index, 'level')) as f:
+                if f.read().strip() != '2':
+                    continue
+            with open(os.path.join(root, index, 'size')) as f:
+                size = f.read().strip().upper()
+            scale = {'K': 1 << 10, 'M': 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip('KM')) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2
+
+
+def tile_elements() -> int:
+    """Kernel entries per tile: the setting of
+    :func:`~mmsoft.ops.execution.tile_elements` (``MMSOFT_TILE_ELEMENTS``),
+    else :data:`L2_TILES` times the L2 cache (in float32 entries)."""
+    return execution.tile_elements() or L2_TILES * l2_cache_bytes() // 4
 
 
 def _tile_rows(q: Tensor, k: Tensor) -> int:
-    """Query rows per tile: :func:`~.execution.tile_elements` kernel entries
-    over the batch."""
+    """Query rows per tile: :func:`tile_elements` kernel entries over the batch."""
     return max(1, tile_elements() // max(1, q.shape[0] * k.shape[-2]))  # batch 0 too
 
 
@@ -75,7 +114,7 @@ def kernel_project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
     On CPU the query rows are split into one span per intra-op thread and
     each span's tiles run on a single-threaded worker
-    (:mod:`~mmsoft.ops.thread_split`), so the threads join once per call
+    (:mod:`.threads`), so the threads join once per call
     instead of after every operation on every tile.
 
     Args:
@@ -127,9 +166,9 @@ def kernel_expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
 def landmark_kernel(k: Tensor) -> Tensor:
     """``A2 = k(k, k)`` of a batch of landmark sets ``(B, m, d)``: ``(B, m, m)``.
 
-    :func:`~.gaussian_kernel.gaussian_kernel` itself, except that on CPU
+    :func:`~mmsoft.ops.gaussian_kernel` itself, except that on CPU
     without autograd the batch is cut into one part per
-    :func:`~.thread_split.split_workers` and each part's kernel (one matrix
+    :func:`~.threads.split_workers` and each part's kernel (one matrix
     product of augmented points, then the clamp and the exponential in place)
     is written into the result on a single-threaded worker: the heads'
     kernels are whole pieces, so the threads join once instead of after each
@@ -286,3 +325,43 @@ def project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 def expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
     """:func:`kernel_expand` with autograd (its backward tiled too)."""
     return _Expand.apply(q, k, w)
+
+
+class TiledProducts:
+    """The low-rank attention's kernel products in tiles, split over the
+    workers (:class:`~mmsoft.ops.dispatch.LowrankProducts`).
+
+    Without autograd (eager or compiled, as the operators
+    ``mmsoft::kernel_project`` and ``mmsoft::kernel_expand``) a kernel
+    larger than one tile is computed twice, tile by tile, which costs
+    ``N m (d + 2)`` more multiply-adds but keeps each tile in cache; in eager
+    mode a kernel that fits in one tile is computed once. With autograd in
+    eager mode, :func:`project` and :func:`expand`, whose backward recomputes
+    the tiles. Inside exports, and with autograd under ``torch.compile``,
+    it declines (the plain products run).
+    """
+
+    def landmark_kernel(self, k: Tensor) -> Optional[Tensor]:
+        return landmark_kernel(k)
+
+    def lowrank(self, q: Tensor, k: Tensor, v: Tensor,
+                middle: Callable[[Tensor], Tensor],
+                needs_grad: bool) -> Optional[Tensor]:
+        if exporting() or (needs_grad and compiling()):
+            return None
+        if needs_grad:
+            return expand(q, k, middle(project(q, k, v)))
+        if not compiling() and _tile_rows(q, k) >= q.shape[-2]:
+            kernel = gaussian_kernel(q, k)
+            return torch.bmm(kernel, middle(torch.bmm(kernel.transpose(-2, -1), v)))
+        if compiling():
+            return torch.ops.mmsoft.kernel_expand(
+                q, k, middle(torch.ops.mmsoft.kernel_project(q, k, v)))
+        return kernel_expand(q, k, middle(kernel_project(q, k, v)))
+
+    def caller_context(self, q: Tensor) -> ContextManager:
+        # Eager CPU only: the context changes thread settings (no graph op).
+        return caller_on_one_thread(q) if eager_cpu(q) else contextlib.nullcontext()
+
+
+PRODUCTS = TiledProducts()

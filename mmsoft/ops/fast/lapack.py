@@ -1,23 +1,29 @@
 """Four LAPACK routines torch does not expose, from SciPy's LAPACK, by ctypes.
 
-The tridiagonal route of the Newton iterate (:mod:`.newton_spectral`) needs
+The tridiagonal route of the Newton iterate (:mod:`.spectral`) needs
 ``?sytrd`` (reduce a symmetric matrix to tridiagonal form ``A = Q T Q^T``),
 ``?stedc`` (eigenvalues and eigenvectors of ``T``, divide and conquer),
-``?stemr`` (those of ``T`` in an interval only, :mod:`.newton_deflated`) and
+``?stemr`` (those of ``T`` in an interval only, :mod:`.deflated`) and
 ``?ormtr`` (multiply by ``Q`` kept as Householder reflectors). SciPy publishes
 its LAPACK as C function pointers in ``scipy.linalg.cython_lapack``; they are
 called here through ctypes, which releases the GIL, on torch tensors' memory
-(no copies through NumPy). Everything is optional: without SciPy, or when the
-BLAS behind it offers no way to set its thread count,
-:func:`unavailable_reason` says why and the callers use ``torch.linalg.eigh``.
+(no copies through NumPy). ``scipy.linalg.lapack`` wraps ``?sytrd``,
+``?stemr`` and ``?stevd`` but not ``?ormtr``, holds the GIL while they run
+(two threads run them one after the other) and returns new NumPy arrays
+(``?stemr`` an ``n x n`` block of eigenvectors for the few asked for); the
+design page has the measurement. Everything is optional: without SciPy
+:func:`unavailable_reason` says why and the tridiagonal route is not
+registered.
 
 SciPy's OpenBLAS (a pthreads build) has one thread count for the whole
-process: its ``openblas_set_num_threads_local`` sets that same count. Calls
-made from several threads at once with more than one BLAS thread each
+process (its ``openblas_set_num_threads_local`` sets that same count).
+Calls made from several threads at once with more than one BLAS thread each
 oversubscribe the cores and round differently from run to run, so
-:func:`single_threaded` sets SciPy's BLAS to one thread while any split work
-runs LAPACK, and puts the count back when the last such call ends. Only
-SciPy's BLAS is touched (NumPy and torch carry their own).
+:func:`single_threaded` sets SciPy's BLAS to one thread, through
+threadpoolctl, while split work runs LAPACK, and puts the count back when
+the last such call ends. Only SciPy's BLAS is touched (NumPy and torch
+carry their own). This is the one process-wide count the speed layer
+changes; the design page lists the window and the switches that avoid it.
 
 LAPACK is column-major. A C-contiguous ``(n, n)`` tensor read by LAPACK is
 its transpose; for symmetric matrices LAPACK's upper triangle (``'U'``) is
@@ -36,20 +42,15 @@ from torch import Tensor
 _PTR = ctypes.c_void_p
 _ARGS = {'sytrd': 10, 'stedc': 11, 'stemr': 21, 'ormtr': 13}
 _PREFIX = {torch.float32: 's', torch.float64: 'd'}
-_THREAD_CONTROLS = (
-    ('scipy_openblas_get_num_threads', 'scipy_openblas_set_num_threads'),
-    ('openblas_get_num_threads', 'openblas_set_num_threads'),
-    ('MKL_Get_Max_Threads', 'MKL_Set_Num_Threads'))
 
 
 @functools.lru_cache(maxsize=None)
-def _binding() -> Tuple[Optional[Dict[str, Callable]], Optional[tuple], str]:
-    """``(routines, (get, set) thread count, reason)``; routines None when
-    unavailable."""
+def _binding() -> Tuple[Optional[Dict[str, Callable]], str]:
+    """``(routines, reason)``; routines None when unavailable."""
     try:
         import scipy.linalg.cython_lapack as cython_lapack
     except ImportError as err:
-        return None, None, f'SciPy is not installed ({err})'
+        return None, f'SciPy is not installed ({err})'
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -60,50 +61,31 @@ def _binding() -> Tuple[Optional[Dict[str, Callable]], Optional[tuple], str]:
         for name, nargs in _ARGS.items():
             capsule = cython_lapack.__pyx_capi__.get(prefix + name)
             if capsule is None:
-                return None, None, f'SciPy has no LAPACK {prefix + name}'
+                return None, f'SciPy has no LAPACK {prefix + name}'
             address = get_pointer(capsule, get_name(capsule))
             routines[prefix + name] = ctypes.CFUNCTYPE(None, *[_PTR] * nargs)(address)
-    control = _thread_control()
-    if control is None:
-        return None, None, ("the BLAS behind SciPy's LAPACK offers no thread count "
-                            f'(none of {[c[1] for c in _THREAD_CONTROLS]} found)')
-    return routines, control, ''
+    return routines, ''
 
 
-def _thread_control() -> Optional[Tuple[Callable, Callable]]:
-    """``(get, set)`` of the thread count of the BLAS library SciPy's LAPACK
-    runs on: the loaded library that exports SciPy's prefixed ``scipy_ssytrd_``
-    (SciPy's wheels), else one in SciPy's ``scipy.libs`` folder that exports
-    ``ssytrd_``, with one pair of :data:`_THREAD_CONTROLS`. Other packages may
-    load their own OpenBLAS; those are never touched."""
-    import scipy
-    bundled = os.path.dirname(os.path.dirname(scipy.__file__)) + os.sep + 'scipy.libs'
-    try:
-        with open('/proc/self/maps') as maps:
-            paths = sorted({line.split()[-1] for line in maps if '.so' in line})
-    except OSError:
-        return None
-    for path in paths:
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
-        if not (hasattr(library, 'scipy_ssytrd_')
-                or (path.startswith(bundled) and hasattr(library, 'ssytrd_'))):
-            continue
-        for get_name, set_name in _THREAD_CONTROLS:
-            get = getattr(library, get_name, None)
-            set_ = getattr(library, set_name, None)
-            if get is not None and set_ is not None:
-                get.restype, get.argtypes = ctypes.c_int, []
-                set_.restype, set_.argtypes = None, [ctypes.c_int]
-                return get, set_
-    return None
+@functools.lru_cache(maxsize=None)
+def _scipy_blas() -> tuple:
+    """threadpoolctl's controllers of the BLAS that SciPy's LAPACK runs on:
+    the loaded BLAS that exports SciPy's prefixed ``scipy_ssytrd_`` (SciPy's
+    wheels), else those that export ``ssytrd_`` (a SciPy built on a shared
+    BLAS); empty where none is found (then nothing is changed)."""
+    _binding()  # SciPy's LAPACK is loaded
+    from threadpoolctl import ThreadpoolController
+    blas = ThreadpoolController().select(user_api='blas').lib_controllers
+    for symbol in ('scipy_ssytrd_', 'ssytrd_'):
+        found = tuple(c for c in blas if hasattr(c.dynlib, symbol))
+        if found:
+            return found
+    return ()
 
 
 def unavailable_reason() -> str:
     """Why the routines cannot be used here, or ``''`` when they can."""
-    return _binding()[2]
+    return _binding()[1]
 
 
 def available() -> bool:
@@ -113,8 +95,18 @@ def available() -> bool:
     return not unavailable_reason()
 
 
-_WINDOW_LOCK = threading.Lock()
-_WINDOW = {'users': 0, 'before': 0}
+class _Window:
+    """Threads inside :func:`single_threaded` and the counts to put back (a
+    forked child starts its own)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.users = 0
+        self.before: list = []
+
+
+_WINDOW = _Window()
 
 
 @contextlib.contextmanager
@@ -125,23 +117,24 @@ def single_threaded() -> Iterator[None]:
     enter sets it to one and the last to leave puts the previous count back,
     so concurrent blocks nest safely.
     """
-    control = _binding()[1]
-    if control is None:
-        yield
-        return
-    get, set_ = control
-    with _WINDOW_LOCK:
-        if _WINDOW['users'] == 0:
-            _WINDOW['before'] = get()
-            set_(1)
-        _WINDOW['users'] += 1
+    global _WINDOW
+    if _WINDOW.pid != os.getpid():
+        _WINDOW = _Window()
+    window, controllers = _WINDOW, _scipy_blas()
+    with window.lock:
+        if window.users == 0:
+            window.before = [c.get_num_threads() for c in controllers]
+            for controller in controllers:
+                controller.set_num_threads(1)
+        window.users += 1
     try:
         yield
     finally:
-        with _WINDOW_LOCK:
-            _WINDOW['users'] -= 1
-            if _WINDOW['users'] == 0:
-                set_(_WINDOW['before'])
+        with window.lock:
+            window.users -= 1
+            if window.users == 0:
+                for controller, count in zip(controllers, window.before):
+                    controller.set_num_threads(count)
 
 
 def _routine(dtype: torch.dtype, name: str) -> Callable:

@@ -1,10 +1,9 @@
-"""The Newton iterate from a spectral decomposition: the same function, no loop.
+"""The spectral Newton routes: the iterate from one decomposition per matrix.
 
-Every Newton iterate ``V_k`` is a polynomial in ``P = a + reg I``. With
-``P = U diag(l) U^T``, ``V_T = U diag(v_T) U^T`` where ``v_0 = alpha l`` and
-``v <- 2 v - l v^2`` (:func:`newton_scalar_iterate`), so ``V_T @ rhs`` costs
-one decomposition and a few thin products instead of ``2 T`` products of
-``m x m`` matrices. Two routes compute it on CPU (:data:`SPECTRAL_ROUTES`):
+With ``P = U diag(l) U^T``, ``V_T = U diag(v_T) U^T`` (:mod:`.spectrum`), so
+``V_T @ rhs`` costs one decomposition and a few thin products instead of the
+loop's ``2 T`` products of ``m x m`` matrices. Two routes, CPU only (GPU
+eigensolvers are far slower than the loop's products):
 
 - ``'eigh'``: ``torch.linalg.eigh`` (the LAPACK torch is built with, MKL in
   the x86 wheels) gives ``U``; ``V_T rhs = U (v_T * U^T rhs)``.
@@ -14,182 +13,65 @@ one decomposition and a few thin products instead of ``2 T`` products of
   with ``Q`` applied as its Householder reflectors (``?ormtr``). ``U = Q Z``
   is never formed: the ``2 m^3`` back-transformation that ``eigh`` spends
   on it is replaced by products with the ``k <= 64`` columns of ``rhs``.
+  Without a backward, the few eigenpairs of ``T`` past the polynomial part
+  of the iterate come from ``?stemr`` and the rest from a Chebyshev series
+  (:mod:`.deflated`) wherever that is cheaper than ``?stedc``.
 
-Both cut a batch into one part per :func:`~.thread_split.split_workers` and
-solve each part on a single-threaded worker. Which is faster depends on the
-machine (:mod:`.newton_routes` measures it). Where no backward needs the
-factors again, :func:`spectral_solve` decomposes and applies each matrix in
-one piece of work, with buffers of one matrix instead of the batch's, and
-on the tridiagonal route from the few large eigenpairs of ``T`` where that
-is cheaper (:mod:`.newton_deflated`).
+A route works one matrix at a time, each on a single-threaded worker
+(:func:`~.threads.map_over_batch`). Without a backward (``solve``) a
+matrix is decomposed and applied in one piece of work, with buffers of one
+matrix that the worker's allocator reuses; with one (``factorize``, then
+``apply``) the factors of the batch are kept. Under ``torch.compile`` the
+three run as the operators ``mmsoft::newton_solve``,
+``mmsoft::newton_factorize`` and ``mmsoft::newton_apply_factors``, so a
+compiled model keeps the split.
 """
 import contextlib
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Tuple
 
 import torch
 from torch import Tensor
 
+from ..dispatch import Factors, NewtonRoute
+from ..execution import compiling
 from . import lapack
-from .execution import compiling
-from .thread_split import map_single_threaded, parallel_eigh, split_workers
-
-SPECTRAL_ROUTES = ('eigh', 'tridiagonal')
-
-
-def newton_scalar_iterate(values: Tensor, start: Tensor, num_iters: int) -> Tensor:
-    """``num_iters`` steps of ``v <- 2 v - l v^2`` for each eigenvalue ``l``.
-
-    With ``e_k = 1 - l v_k`` a step is ``v_{k+1} = v_k (1 + e_k)`` and
-    ``e_{k+1} = e_k^2``, so ``v_T = v_0 prod_{k<T} (1 + e_1^(2^(k-1)))`` for
-    ``k >= 1``, evaluated in float64 (where ``e_1`` keeps ``l v_0`` even for
-    the smallest ``l``) and returned in the input dtype. Each factor reads
-    ``e_1`` once: written as the recursion, ``torch.compile`` (inductor)
-    inlines ``v`` into every later step and the expression grows as ``3^T``,
-    so compiling a model never finishes.
-
-    Args:
-        values (Tensor): Eigenvalues ``l`` of ``P``.
-        start (Tensor): ``v_0 = alpha * l``, same shape.
-        num_iters (int): Number of steps ``T``.
-
-    Returns:
-        Tensor: ``v_T``, in the dtype of ``values``.
-    """
-    v = start.double()
-    if num_iters == 0:
-        return v.to(values.dtype)
-    e0 = 1 - values.double() * v
-    v = v * (1 + e0)
-    e1 = e0 * e0
-    for k in range(1, num_iters):
-        v = v * (1 + e1.pow(2.0 ** (k - 1)))
-    return v.to(values.dtype)
+from .deflated import deflated_apply
+from .spectrum import newton_spectrum
+from .threads import map_over_batch, split_workers
 
 
-class SpectralFactors(NamedTuple):
-    """``V_T`` of a batch ``(B, m, m)`` as factors; see :func:`spectral_factors`.
+class _MatrixRoute(NamedTuple):
+    """A spectral route's work on one matrix ``i`` of a batch, writing into
+    the batch's buffers."""
 
-    ``values`` is ``v_T`` per eigenvalue, ``(B, m)``. Route ``'eigh'``:
-    ``vectors`` holds the eigenvectors ``U`` as columns. Route
-    ``'tridiagonal'``: ``vectors`` holds ``Z^T`` (the eigenvectors of the
-    tridiagonal ``T`` as rows), ``reflectors`` and ``tau`` describe ``Q``.
-    """
-
-    route: str
-    values: Tensor
-    vectors: Tensor
-    reflectors: Optional[Tensor] = None
-    tau: Optional[Tensor] = None
-
-
-def spectral_values(a: Tensor, route: str) -> Tuple[Tensor, SpectralFactors]:
-    """Eigenvalues of ``a`` (``(..., m, m)``, lower triangle read) and the
-    factors of route ``route`` with ``values`` still unset (the eigenvalues).
-
-    Under ``torch.compile`` the decomposition runs as the operator
-    ``mmsoft::spectral_decompose``, which keeps the work split.
-
-    Args:
-        a (Tensor): Symmetric matrices.
-        route (str): One of :data:`SPECTRAL_ROUTES`.
-
-    Returns:
-        tuple[Tensor, SpectralFactors]: Eigenvalues ``(B, m)`` in ascending
-        order and the factors of the flattened batch.
-    """
-    _check_route(route)
-    if route == 'tridiagonal' and a.device.type != 'cpu':
-        raise ValueError(f"The 'tridiagonal' route runs on CPU, got {a.device}.")
-    m = a.shape[-1]
-    a3 = a.detach().reshape(-1, m, m)
-    decompose = torch.ops.mmsoft.spectral_decompose if compiling() else _decompose
-    values, vectors, reflectors, tau = decompose(a3, route)
-    if route == 'eigh':
-        return values, SpectralFactors(route, values, vectors)
-    return values, SpectralFactors(route, values, vectors, reflectors, tau)
-
-
-def _check_route(route: str) -> None:
-    if route not in SPECTRAL_ROUTES:
-        raise ValueError(f'Unknown spectral route {route!r}; use one of '
-                         f'{SPECTRAL_ROUTES}.')
-
-
-def _decompose(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(eigenvalues, vectors, reflectors, tau)`` of a batch ``(B, m, m)``;
-    the last two are empty for ``'eigh'``."""
-    if route == 'eigh':
-        values, vectors = parallel_eigh(a3)
-        return values, vectors, a3.new_empty(0), a3.new_empty(0)
-    batch, m = a3.shape[:2]
-    reflectors = torch.empty_like(a3, memory_format=torch.contiguous_format)
-    vectors = torch.empty_like(reflectors)
-    values = a3.new_empty(batch, m)
-    tau = a3.new_zeros(batch, max(m - 1, 0))
-
-    def solve(indices: List[int]) -> None:
-        for i in indices:
-            _, diag, off, tau_i = lapack.tridiagonalize(a3[i], out=reflectors[i])
-            values[i], _ = lapack.tridiagonal_eigh(diag, off, out=vectors[i])
-            tau[i] = tau_i
-
-    _map_over_batch(solve, batch, a3, uses_lapack=True)
-    return values, vectors, reflectors, tau
-
-
-def spectral_apply(factors: SpectralFactors, rhs: Tensor) -> Tensor:
-    """``V_T @ rhs`` from :class:`SpectralFactors` (under ``torch.compile``
-    the operator ``mmsoft::spectral_apply``).
-
-    Args:
-        factors (SpectralFactors): Of a batch of ``B`` matrices.
-        rhs (Tensor): ``(..., m, k)`` with ``B`` matrices in its leading
-            dimensions.
-
-    Returns:
-        Tensor: Same shape as ``rhs``.
-    """
-    shape = rhs.shape
-    rhs3 = rhs.reshape(-1, *shape[-2:])
-    empty = rhs.new_empty(0)
-    reflectors = empty if factors.reflectors is None else factors.reflectors
-    tau = empty if factors.tau is None else factors.tau
-    apply = torch.ops.mmsoft.spectral_apply if compiling() else _apply
-    out = apply(factors.values, factors.vectors, reflectors, tau, rhs3, factors.route)
-    return out.reshape(shape)
-
-
-def _apply(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
-           rhs3: Tensor, route: str) -> Tensor:
-    """:func:`spectral_apply` on a batch ``rhs3`` ``(B, m, k)``."""
-    values = values.to(rhs3.dtype)
-    if route == 'eigh':
-        return _eigenvector_apply(vectors.to(rhs3.dtype), values, rhs3)
-    out_t = rhs3.transpose(-2, -1).contiguous()  # (B, k, m): column-major (m, k)
-
-    def apply(indices: List[int]) -> None:
-        for i in indices:
-            _tridiagonal_apply(reflectors[i], tau[i], vectors[i], values[i], out_t[i])
-
-    _map_over_batch(apply, rhs3.shape[0], rhs3, uses_lapack=True)
-    return out_t.transpose(-2, -1)
+    factor_shapes: Callable[[int, int], List[Tuple[int, ...]]]
+    factor: Callable[..., None]   # (a, values, *factors, alpha, reg, num_iters)
+    apply: Callable[..., None]    # (out, rhs, values, *factors)
+    solve: Callable[..., None]    # (out, a, rhs, alpha, reg, num_iters)
+    uses_lapack: bool
 
 
 def _eigenvector_apply(u: Tensor, values: Tensor, rhs: Tensor) -> Tensor:
-    """``U diag(values) U^T rhs`` for eigenvectors ``U`` as columns (batched
-    or one matrix)."""
+    """``U diag(values) U^T rhs`` for eigenvectors ``U`` as columns."""
     return u @ (values.unsqueeze(-1) * (u.transpose(-2, -1) @ rhs))
 
 
-def _tridiagonal_apply(house: Tensor, tau: Tensor, z_t: Tensor, values: Tensor,
-                       y_t: Tensor) -> Tensor:
-    """``Q Z diag(values) Z^T Q^T Y`` for one matrix, in place on ``y_t``
-    (``Y`` transposed, a C-contiguous ``(k, m)`` tensor), which it returns;
-    ``Q`` as the reflectors of :func:`~.lapack.tridiagonalize`, ``Z^T`` as
-    the rows of ``z_t``."""
-    lapack.apply_q(house, tau, y_t, True)
-    _eigenbasis_apply_(z_t, values, y_t)
-    return lapack.apply_q(house, tau, y_t, False)
+def _eigh_factor(a: Tensor, values: Tensor, vectors: Tensor, alpha: float,
+                 reg: float, num_iters: int) -> None:
+    eigvals, u = torch.linalg.eigh(a)
+    values.copy_(newton_spectrum(eigvals, alpha, reg, num_iters))
+    vectors.copy_(u)
+
+
+def _eigh_apply(out: Tensor, rhs: Tensor, values: Tensor, vectors: Tensor) -> None:
+    out.copy_(_eigenvector_apply(vectors.to(rhs.dtype), values.to(rhs.dtype), rhs))
+
+
+def _eigh_solve(out: Tensor, a: Tensor, rhs: Tensor, alpha: float, reg: float,
+                num_iters: int) -> None:
+    eigvals, u = torch.linalg.eigh(a)
+    values = newton_spectrum(eigvals, alpha, reg, num_iters).to(rhs.dtype)
+    out.copy_(_eigenvector_apply(u.to(rhs.dtype), values, rhs))
 
 
 def _eigenbasis_apply_(z_t: Tensor, values: Tensor, y_t: Tensor) -> Tensor:
@@ -199,110 +81,91 @@ def _eigenbasis_apply_(z_t: Tensor, values: Tensor, y_t: Tensor) -> Tensor:
     return torch.mm(w.t(), z_t, out=y_t)
 
 
-def newton_spectrum(eigvals: Tensor, alpha: Tensor, reg: float,
-                    num_iters: int) -> Tensor:
-    """``v_T`` per eigenvalue of ``P = a + reg I`` from the eigenvalues of
-    ``a`` and the start ``alpha`` (broadcast against ``eigvals``):
-    :func:`newton_scalar_iterate` from ``v_0 = alpha * l``."""
-    values = eigvals + reg
-    return newton_scalar_iterate(values, alpha * values, num_iters)
+def _tridiagonal_factor(a: Tensor, values: Tensor, z_t: Tensor, house: Tensor,
+                        tau: Tensor, alpha: float, reg: float, num_iters: int) -> None:
+    _, diag, off, tau_i = lapack.tridiagonalize(a, out=house)
+    eigvals, _ = lapack.tridiagonal_eigh(diag, off, out=z_t)
+    values.copy_(newton_spectrum(eigvals, alpha, reg, num_iters))
+    tau.copy_(tau_i)
 
 
-def spectral_solve(a: Tensor, rhs: Tensor, alpha: Tensor, reg: float, num_iters: int,
-                   route: str) -> Tensor:
-    """``V_T @ rhs`` by route ``route``, one matrix at a time, keeping no factors.
+def _tridiagonal_apply(out: Tensor, rhs: Tensor, values: Tensor, z_t: Tensor,
+                       house: Tensor, tau: Tensor) -> None:
+    y_t = lapack.apply_q(house, tau, rhs.t().contiguous(), True)
+    _eigenbasis_apply_(z_t, values.to(rhs.dtype), y_t)
+    out.copy_(lapack.apply_q(house, tau, y_t, False).t())
 
-    The result of :func:`spectral_values`, :func:`newton_scalar_iterate` and
-    :func:`spectral_apply`, for when the factors are not needed again (no
-    backward): each matrix is decomposed, its ``v_T`` formed and applied to
-    its ``rhs`` in one piece of work on one worker, with buffers of one
-    matrix, which the worker's allocator reuses from matrix to matrix,
-    instead of ``(B, m, m)`` batches of eigenvectors and reflectors that are
-    mapped in fresh (and zeroed by the OS) at every call. On route
-    ``'tridiagonal'`` the tridiagonal matrix's full eigenvectors are formed
-    only where :func:`~.newton_deflated.deflated_apply` declines (more than a
-    few eigenvalues past the polynomial part of the iterate). Under
-    ``torch.compile`` it runs as the operator ``mmsoft::spectral_solve``.
 
-    Args:
-        a (Tensor): Symmetric matrices ``(..., m, m)``, lower triangle read.
-        rhs (Tensor): ``(..., m, k)``.
-        alpha (Tensor): ``V_0 = alpha * P`` per matrix, ``B`` values in any
-            shape.
-        reg (float): Ridge added to the eigenvalues of ``a``.
-        num_iters (int): Newton steps ``T``.
-        route (str): One of :data:`SPECTRAL_ROUTES`.
+def _tridiagonal_solve(out: Tensor, a: Tensor, rhs: Tensor, alpha: float,
+                       reg: float, num_iters: int) -> None:
+    house, diag, off, tau = lapack.tridiagonalize(a)
+    y_t = lapack.apply_q(house, tau, rhs.t().contiguous(), True)
+    w_t = deflated_apply(diag, off, y_t, alpha, reg, num_iters)
+    if w_t is None:  # more than a few large eigenvalues: all of them
+        eigvals, z_t = lapack.tridiagonal_eigh(diag, off)
+        values = newton_spectrum(eigvals, alpha, reg, num_iters).to(rhs.dtype)
+        _eigenbasis_apply_(z_t, values, y_t)
+    else:
+        y_t.copy_(w_t)
+    out.copy_(lapack.apply_q(house, tau, y_t, False).t())
 
-    Returns:
-        Tensor: Same shape and dtype as ``rhs``.
-    """
-    _check_route(route)
-    m = a.shape[-1]
-    a3 = a.detach().reshape(-1, m, m)
-    rhs3 = rhs.detach().reshape(-1, *rhs.shape[-2:])
-    solve = torch.ops.mmsoft.spectral_solve if compiling() else _solve
-    out = solve(a3, rhs3, alpha.detach().reshape(-1), reg, num_iters, route)
-    return out.reshape(rhs.shape)
+
+_MATRIX_ROUTES: Dict[str, _MatrixRoute] = {
+    'eigh': _MatrixRoute(lambda b, m: [(b, m), (b, m, m)], _eigh_factor,
+                         _eigh_apply, _eigh_solve, uses_lapack=False),
+    'tridiagonal': _MatrixRoute(
+        lambda b, m: [(b, m), (b, m, m), (b, m, m), (b, max(m - 1, 0))],
+        _tridiagonal_factor, _tridiagonal_apply, _tridiagonal_solve,
+        uses_lapack=True),
+}
+
+
+def _over_batch(route: str, fn: Callable[[int], None], batch: int,
+                like: Tensor) -> None:
+    """``fn(i)`` for each matrix on the workers; SciPy's BLAS on one thread
+    (:func:`~.lapack.single_threaded`) while a LAPACK route's pieces run on
+    one torch thread each (on the workers, or in a one-thread caller)."""
+    one_thread = _MATRIX_ROUTES[route].uses_lapack and (
+        min(split_workers(like), batch) > 1 or torch.get_num_threads() == 1)
+    with lapack.single_threaded() if one_thread else contextlib.nullcontext():
+        map_over_batch(fn, batch, like)
 
 
 def _solve(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
            route: str) -> Tensor:
-    """:func:`spectral_solve` on a batch ``(B, m, m)``, ``(B, m, k)``, ``(B,)``."""
-    from .newton_deflated import deflated_apply  # imports this module
+    """``V_T @ rhs3`` of a batch ``(B, m, m)``, ``(B, m, k)``, ``(B,)``,
+    each matrix decomposed and applied where it is made."""
     out = torch.empty_like(rhs3, memory_format=torch.contiguous_format)
-
-    def spectrum(values: Tensor, i: int) -> Tensor:
-        return newton_spectrum(values, alpha[i], reg, num_iters).to(rhs3.dtype)
-
-    def solve(indices: List[int]) -> None:
-        for i in indices:
-            if route == 'eigh':
-                values, u = torch.linalg.eigh(a3[i])
-                out[i] = _eigenvector_apply(u.to(rhs3.dtype), spectrum(values, i),
-                                            rhs3[i])
-            else:
-                house, diag, off, tau = lapack.tridiagonalize(a3[i])
-                y_t = lapack.apply_q(house, tau, rhs3[i].t().contiguous(), True)
-                w_t = deflated_apply(diag, off, y_t, float(alpha[i]), reg, num_iters)
-                if w_t is None:
-                    values, z_t = lapack.tridiagonal_eigh(diag, off)
-                    _eigenbasis_apply_(z_t, spectrum(values, i), y_t)
-                else:
-                    y_t.copy_(w_t)
-                out[i] = lapack.apply_q(house, tau, y_t, False).t()
-
-    _map_over_batch(solve, a3.shape[0], a3, uses_lapack=route == 'tridiagonal')
+    solve, alphas = _MATRIX_ROUTES[route].solve, alpha.tolist()
+    _over_batch(route, lambda i: solve(out[i], a3[i], rhs3[i], alphas[i], reg,
+                                       num_iters), a3.shape[0], a3)
     return out
 
 
-@torch.library.custom_op('mmsoft::spectral_decompose', mutates_args=())
-def _decompose_op(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _decompose(a3, route)
-
-
-@_decompose_op.register_fake
-def _(a3: Tensor, route: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def _factorize(a3: Tensor, alpha: Tensor, reg: float, num_iters: int,
+               route: str) -> List[Tensor]:
+    """The factors of ``V_T`` for a batch: ``v_T`` per eigenvalue ``(B, m)``,
+    then the route's own (eigh: ``U``; tridiagonal: ``Z^T``, the reflectors
+    and their scales)."""
+    matrix_route = _MATRIX_ROUTES[route]
     batch, m = a3.shape[:2]
-    if route == 'eigh':
-        reflectors, tau = a3.new_empty(0), a3.new_empty(0)
-    else:
-        reflectors, tau = a3.new_empty(batch, m, m), a3.new_empty(batch, max(m - 1, 0))
-    return a3.new_empty(batch, m), a3.new_empty(batch, m, m), reflectors, tau
+    factors = [a3.new_empty(shape) for shape in matrix_route.factor_shapes(batch, m)]
+    alphas = alpha.tolist()
+    _over_batch(route, lambda i: matrix_route.factor(
+        a3[i], *(f[i] for f in factors), alphas[i], reg, num_iters), batch, a3)
+    return factors
 
 
-@torch.library.custom_op('mmsoft::spectral_apply', mutates_args=())
-def _apply_op(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
-              rhs3: Tensor, route: str) -> Tensor:
-    return _apply(values, vectors, reflectors, tau, rhs3, route).contiguous()
+def _apply(factors: List[Tensor], rhs3: Tensor, route: str) -> Tensor:
+    """``V_T @ rhs3`` from :func:`_factorize`'s factors."""
+    out = torch.empty_like(rhs3, memory_format=torch.contiguous_format)
+    apply = _MATRIX_ROUTES[route].apply
+    _over_batch(route, lambda i: apply(out[i], rhs3[i], *(f[i] for f in factors)),
+                rhs3.shape[0], rhs3)
+    return out
 
 
-@_apply_op.register_fake
-def _(values: Tensor, vectors: Tensor, reflectors: Tensor, tau: Tensor,
-      rhs3: Tensor, route: str) -> Tensor:
-    return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
-
-
-@torch.library.custom_op('mmsoft::spectral_solve', mutates_args=())
+@torch.library.custom_op('mmsoft::newton_solve', mutates_args=())
 def _solve_op(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
               route: str) -> Tensor:
     return _solve(a3, rhs3, alpha, reg, num_iters, route)
@@ -314,20 +177,56 @@ def _(a3: Tensor, rhs3: Tensor, alpha: Tensor, reg: float, num_iters: int,
     return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
 
 
-def _map_over_batch(fn, batch: int, like: Tensor, uses_lapack: bool = False) -> None:
-    """``fn(indices)`` for every matrix of the batch, a matrix at a time on
-    :func:`~.thread_split.split_workers` workers (each takes the next
-    matrix when done: decompositions of one size differ in cost).
+@torch.library.custom_op('mmsoft::newton_factorize', mutates_args=())
+def _factorize_op(a3: Tensor, alpha: Tensor, reg: float, num_iters: int,
+                  route: str) -> List[Tensor]:
+    return _factorize(a3, alpha, reg, num_iters, route)
 
-    With ``uses_lapack``, SciPy's BLAS runs on one thread
-    (:func:`~.lapack.single_threaded`) wherever the pieces run on one torch
-    thread each: on the workers, or in a caller that runs one thread.
-    """
-    workers = min(split_workers(like), batch)
-    one_thread = uses_lapack and (workers > 1 or torch.get_num_threads() == 1)
-    with lapack.single_threaded() if one_thread else contextlib.nullcontext():
-        if workers <= 1:
-            with torch.no_grad():
-                fn(list(range(batch)))
-        else:
-            map_single_threaded(fn, [[i] for i in range(batch)], workers=workers)
+
+@_factorize_op.register_fake
+def _(a3: Tensor, alpha: Tensor, reg: float, num_iters: int,
+      route: str) -> List[Tensor]:
+    batch, m = a3.shape[:2]
+    return [a3.new_empty(s) for s in _MATRIX_ROUTES[route].factor_shapes(batch, m)]
+
+
+@torch.library.custom_op('mmsoft::newton_apply_factors', mutates_args=())
+def _apply_op(factors: List[Tensor], rhs3: Tensor, route: str) -> Tensor:
+    return _apply(factors, rhs3, route)
+
+
+@_apply_op.register_fake
+def _(factors: List[Tensor], rhs3: Tensor, route: str) -> Tensor:
+    return torch.empty_like(rhs3, memory_format=torch.contiguous_format)
+
+
+def _spectral_route(name: str) -> NewtonRoute:
+    """The :class:`~mmsoft.ops.dispatch.NewtonRoute` of spectral route ``name``."""
+
+    def solve(a3: Tensor, rhs3: Tensor, alpha3: Tensor, reg: float,
+              num_iters: int) -> Tensor:
+        op = torch.ops.mmsoft.newton_solve if compiling() else _solve
+        return op(a3, rhs3, alpha3.reshape(-1), reg, num_iters, name)
+
+    def factorize(a3: Tensor, alpha3: Tensor, reg: float, num_iters: int) -> Factors:
+        op = torch.ops.mmsoft.newton_factorize if compiling() else _factorize
+        return tuple(op(a3, alpha3.reshape(-1), reg, num_iters, name))
+
+    def apply(factors: Factors, rhs3: Tensor) -> Tensor:
+        op = torch.ops.mmsoft.newton_apply_factors if compiling() else _apply
+        return op(list(factors), rhs3.contiguous(), name)
+
+    def unable(device_type: str, in_export: bool) -> str:
+        if in_export:
+            return 'an eigendecomposition has no ONNX operator'
+        if device_type != 'cpu':
+            return 'it runs on CPU only'
+        if name == 'tridiagonal' and not lapack.available():
+            return f'it needs LAPACK through SciPy: {lapack.unavailable_reason()}'
+        return ''
+
+    return NewtonRoute(name, solve, factorize, apply, unable)
+
+
+EIGH = _spectral_route('eigh')
+TRIDIAGONAL = _spectral_route('tridiagonal')

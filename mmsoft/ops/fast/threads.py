@@ -11,6 +11,17 @@ under two busy processes on two cores (the eigendecompositions alone from
 1.9 s to 5-74 s). Handing each thread a whole piece of the work (some of a
 batch's matrices, a span of the kernel's rows) joins once per piece
 instead, and is as fast when idle.
+
+What it changes, all of it per thread (no other thread sees a count move):
+the pool's workers (threads named :data:`WORKER_NAME`) run torch on one
+thread each, by lowering their own OpenMP count (threadpoolctl's OpenMP
+controllers, a per-thread setting) and their own MKL count
+(``MKL_Set_Num_Threads_Local`` of the MKL that torch links statically,
+looked up in torch's ``libtorch_cpu``: threadpoolctl does not list an MKL
+linked into another library, and without it a worker's MKL kept the
+process's count, 2 in a 2-thread process); :func:`caller_on_one_thread`
+does the same for the calling thread inside the attention and puts it back.
+Where torch's OpenMP runtime cannot be reached the work is not split.
 """
 import contextlib
 import ctypes
@@ -23,98 +34,118 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 import torch
 from torch import Tensor
 
-from .execution import eager_cpu, work_split
+from ..execution import eager_cpu, work_split
 
 T = TypeVar('T')
 R = TypeVar('R')
 
 WORKER_NAME = 'mmsoft-split'
 """The name prefix of the split workers' threads."""
-_POOL: Optional[ThreadPoolExecutor] = None
-_POOL_KEY: Tuple[int, int] = (0, 0)  # (process id, workers) the pool was made for
-_POOL_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
-def _thread_local_setters() -> Tuple[Callable[[int], int], ...]:
-    """OpenMP's ``omp_set_num_threads`` (a per-thread setting) and, where
-    torch carries MKL, ``MKL_Set_Num_Threads_Local``, both as torch's own
-    ``libtorch_cpu`` resolves them (other packages may load OpenMP runtimes
-    of their own, e.g. scikit-learn's libgomp); empty where torch's OpenMP
-    runtime is not found."""
-    try:
-        with open('/proc/self/maps') as maps:
-            paths = {line.split()[-1] for line in maps if '.so' in line}
-    except OSError:
-        return ()
-    libraries = sorted(p for p in paths
-                       if os.path.basename(p).startswith('libtorch_cpu'))
-    if not libraries:
-        return ()
-    # Looked up through torch's library handle, a symbol resolves in that
-    # library and then in the libraries it was linked against.
-    library = ctypes.CDLL(libraries[0])
-    setters = []
-    for name, restype in (('omp_set_num_threads', None),
-                          ('MKL_Set_Num_Threads_Local', ctypes.c_int)):
-        function = getattr(library, name, None)
-        if function is not None:
-            function.restype, function.argtypes = restype, [ctypes.c_int]
-            setters.append(function)
-    has_openmp = any(s.__name__ == 'omp_set_num_threads' for s in setters)
-    return tuple(setters) if has_openmp else ()
+def _openmp_controllers() -> tuple:
+    """threadpoolctl's controllers of the OpenMP runtimes loaded with torch
+    (each count they set is the calling thread's own)."""
+    from threadpoolctl import ThreadpoolController
+    return tuple(ThreadpoolController().select(user_api='openmp').lib_controllers)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_mkl_local() -> Optional[Callable[[int], int]]:
+    """``MKL_Set_Num_Threads_Local`` of the MKL inside torch's ``libtorch_cpu``
+    (returns the thread's previous local count, 0 for none), or None."""
+    name = {'posix': 'libtorch_cpu.so'}.get(os.name)
+    path = os.path.join(os.path.dirname(torch.__file__), 'lib', name or '')
+    if not name or not os.path.isfile(path):
+        return None
+    function = getattr(ctypes.CDLL(path), 'MKL_Set_Num_Threads_Local', None)
+    if function is not None:
+        function.restype, function.argtypes = ctypes.c_int, [ctypes.c_int]
+    return function
+
+
+def can_split() -> bool:
+    """Whether a thread's own OpenMP count can be set here (else no split)."""
+    return bool(_openmp_controllers())
+
+
+def _limit_this_thread(count: int) -> Callable[[], None]:
+    """Set the calling thread's OpenMP and MKL counts to ``count``; returns
+    the function that puts them back."""
+    restore = []
+    for controller in _openmp_controllers():
+        previous = controller.get_num_threads()
+        controller.set_num_threads(count)
+        restore.append(functools.partial(controller.set_num_threads, previous))
+    mkl = _torch_mkl_local()
+    if mkl is not None:
+        restore.append(functools.partial(mkl, mkl(count)))
+
+    def undo() -> None:
+        for step in reversed(restore):
+            step()
+    return undo
 
 
 def _one_thread() -> None:
     """A worker's initializer: torch (OpenMP, MKL) runs one thread here.
 
     torch reads its thread count for a thread at the thread's first parallel
-    operation, from the process default; that happens first. Then the
-    worker's own OpenMP (and MKL) setting is lowered to one thread, which no
-    other thread sees. Where no OpenMP runtime can be reached,
-    ``torch.set_num_threads(1)`` does it, which also lowers the process
-    default until :func:`_pool` puts it back.
+    operation, from the process default; that happens first, then the
+    worker's own counts are lowered to one, which no other thread sees.
     """
     torch.get_num_threads()
-    for setter in _thread_local_setters():
-        setter(1)
-    if torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
+    _limit_this_thread(1)
+
+
+class _Pool:
+    """The shared pool of one process (a forked child makes its own: it
+    inherits the executor and the lock but not the threads)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.executor: Optional[ThreadPoolExecutor] = None
+        self.workers = 0
+
+
+_POOL = _Pool()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
     """The shared pool of at least ``workers`` single-threaded workers, made on
-    first use, again after a fork and when more workers are asked for (never
-    to fewer: calls with fewer pieces reuse it). Every worker is started (and
-    set to one thread) before the pool is used."""
-    global _POOL, _POOL_KEY
-    pid = os.getpid()
-    with _POOL_LOCK:
-        if _POOL is None or _POOL_KEY[0] != pid or _POOL_KEY[1] < workers:
-            if _POOL is not None and _POOL_KEY[0] == pid:
-                _POOL.shutdown(wait=False)
-            # A forked child inherits the executor but not its threads.
-            threads = torch.get_num_threads()
-            _POOL = ThreadPoolExecutor(workers, thread_name_prefix=WORKER_NAME,
-                                       initializer=_one_thread)
+    first use, again in a forked child and when more workers are asked for
+    (never to fewer: calls with fewer pieces reuse it). Every worker is
+    started (and set to one thread) before the pool is used."""
+    global _POOL
+    if _POOL.pid != os.getpid():
+        _POOL = _Pool()
+    state = _POOL
+    with state.lock:
+        if state.executor is None or state.workers < workers:
+            if state.executor is not None:
+                state.executor.shutdown(wait=False)
+            state.executor = ThreadPoolExecutor(
+                workers, thread_name_prefix=WORKER_NAME, initializer=_one_thread)
             started = threading.Barrier(workers + 1)
             for _ in range(workers):  # start every worker now, each once
-                _POOL.submit(started.wait)
+                state.executor.submit(started.wait)
             started.wait()
-            if not _thread_local_setters():
-                torch.set_num_threads(threads)  # the process default, as it was
-            _POOL_KEY = (pid, workers)
-        return _POOL
+            state.workers = workers
+        return state.executor
 
 
 def split_workers(x: Tensor) -> int:
     """How many single-threaded workers share work on ``x`` (1: no split).
 
     torch's intra-op thread count for a CPU tensor in plain eager code
-    (:func:`~.execution.eager_cpu`) while :func:`~.execution.work_split` is
-    on (inside :func:`caller_on_one_thread`, the count outside it), else 1.
+    (:func:`~mmsoft.ops.execution.eager_cpu`) while
+    :func:`~mmsoft.ops.execution.work_split` is on and a thread's count can
+    be set (:func:`can_split`; inside :func:`caller_on_one_thread`, the
+    count outside it), else 1.
     """
-    if not eager_cpu(x) or not work_split():
+    if not eager_cpu(x) or not work_split() or not can_split():
         return 1
     return getattr(_CALLER, 'workers', None) or torch.get_num_threads()
 
@@ -133,29 +164,23 @@ def caller_on_one_thread(x: Tensor) -> Iterator[None]:
     threads join at its end; on a shared machine one of them is often
     descheduled and its partner spins until it returns, at every step. On
     one thread they never wait for each other. Only the calling thread's own
-    OpenMP (and MKL) setting changes, as on the workers (:func:`_one_thread`),
-    and is put back on exit; a no-op where the work is not split or torch's
-    OpenMP runtime cannot be reached.
+    OpenMP and MKL counts change, as on the workers, and are put back on
+    exit; a no-op where the work is not split.
 
     Args:
         x (Tensor): A tensor of the work (:func:`split_workers` reads it).
     """
     workers = split_workers(x)
-    setters = _thread_local_setters()
-    if workers <= 1 or not setters or getattr(_CALLER, 'workers', None):
+    if workers <= 1 or getattr(_CALLER, 'workers', None):
         yield
         return
-    restore = []
-    for setter in setters:
-        previous = setter(1)  # MKL's returns its previous local count
-        restore.append((setter, workers if previous is None else previous))
+    undo = _limit_this_thread(1)
     _CALLER.workers = workers
     try:
         yield
     finally:
         _CALLER.workers = None
-        for setter, value in restore:
-            setter(value)
+        undo()
 
 
 def _without_grad(fn: Callable[[T], R]) -> Callable[[T], R]:
@@ -174,7 +199,7 @@ def map_single_threaded(fn: Callable[[T], R], items: Sequence[T],
     a shared pool of workers that each run torch on one thread; the calling
     thread and every other thread keep their settings. ``fn`` runs without
     autograd and must not depend on thread-local state (grad mode, autocast,
-    dispatch modes, :mod:`~.execution` settings).
+    dispatch modes, :mod:`~mmsoft.ops.execution` settings).
 
     Args:
         fn (callable): The work for one item.
@@ -211,32 +236,18 @@ def map_single_threaded(fn: Callable[[T], R], items: Sequence[T],
     return results
 
 
-def parallel_eigh(a: Tensor) -> Tuple[Tensor, Tensor]:
-    """Eigenvalues and eigenvectors of symmetric matrices, as ``torch.linalg.eigh``.
-
-    The batch is cut into one contiguous part per :func:`split_workers` and
-    each part is solved on its own single-threaded worker
-    (:func:`map_single_threaded`); a single matrix, or no split, is
-    ``torch.linalg.eigh(a)``. No autograd graph is built.
-
-    Args:
-        a (Tensor): Symmetric matrices of shape ``(..., m, m)``; the lower
-            triangle is read.
-
-    Returns:
-        tuple[Tensor, Tensor]: Eigenvalues ``(..., m)`` in ascending order
-        and eigenvectors ``(..., m, m)`` as columns.
-    """
-    m = a.shape[-1]
-    parts = [p for p in a.detach().reshape(-1, m, m).tensor_split(split_workers(a))
-             if len(p)]
-    if len(parts) <= 1:
+def map_over_batch(fn: Callable[[int], None], batch: int, like: Tensor) -> None:
+    """``fn(i)`` for every matrix ``i`` of a batch, a matrix at a time on
+    :func:`split_workers` workers (each takes the next matrix when done:
+    decompositions of one size differ in cost), or in the calling thread
+    where the work is not split."""
+    workers = min(split_workers(like), batch)
+    if workers <= 1:
         with torch.no_grad():
-            return torch.linalg.eigh(a)
-    results = map_single_threaded(torch.linalg.eigh, parts)
-    values = torch.cat([r[0] for r in results]).reshape(a.shape[:-1])
-    vectors = torch.cat([r[1] for r in results]).reshape(a.shape)
-    return values, vectors
+            for i in range(batch):
+                fn(i)
+        return
+    map_single_threaded(fn, range(batch), workers=workers)
 
 
 def row_spans(n: int, parts: int) -> List[Tuple[int, int]]:

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from mmengine.registry import MODELS, DefaultScope
 
 from mmsoft.models import SOFTAttention
+from mmsoft.ops import newton_route_names, use_newton_route
 
 
 def make(seed=0, **kwargs):
@@ -231,7 +232,11 @@ def test_attention_row_is_a_row_of_the_lowrank_matrix(normalize):
                           torch.ones(2, dtype=torch.float64))
 
 
-def test_newton_eig_method_matches_newton():
+@pytest.mark.parametrize('route', newton_route_names()[2:])
+def test_every_newton_route_matches_the_loop(route):
     x = tokens()
-    torch.testing.assert_close(make(inverse=dict(use_eig=True))(x, (12, 16)),
-                               make()(x, (12, 16)), rtol=1e-4, atol=1e-5)
+    with use_newton_route(route):
+        fast = make()(x, (12, 16))
+    with use_newton_route('loop'):
+        loop = make()(x, (12, 16))
+    torch.testing.assert_close(fast, loop, rtol=1e-4, atol=1e-5)
