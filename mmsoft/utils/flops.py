@@ -7,6 +7,14 @@ matrix product, convolution and attention kernel that runs, wherever it is
 called from, plus every ``exp`` and ``exp2`` (one operation per element, the
 Gaussian kernel's cost). Following vision papers, "FLOPs" here are multiply-accumulates
 (MACs): one multiply-add counts once.
+
+:func:`count_flops` counts the model's graph-friendly path
+(:func:`mmsoft.ops.export_path`), the one exports and JIT traces take: the
+Newton iteration as its ``2 T`` matrix products and the kernel in one piece.
+An eager forward may do less (on CPU, the spectral route for the Newton
+iterate where this machine's measurement chose it, whose LAPACK work no
+dispatcher sees) or a little more (a kernel larger than one cache-sized tile
+is computed twice), depending on the machine; the count does not.
 """
 from collections import Counter
 from math import prod
@@ -16,6 +24,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from mmsoft.ops import export_path
 from mmsoft.ops.regions import current_region
 
 aten = torch.ops.aten
@@ -114,7 +123,9 @@ class FlopCounter(TorchDispatchMode):
 
 
 def count_flops(model: nn.Module, *inputs: Any, **kwargs: Any) -> FlopCounter:
-    """Count one forward of ``model`` (in eval mode, without gradients).
+    """Count one forward of ``model`` (in eval mode, without gradients), on
+    the graph-friendly path (:func:`mmsoft.ops.export_path`), so that the
+    count is the same on every machine.
 
     Args:
         model (nn.Module): The model; its training mode is restored after.
@@ -130,7 +141,7 @@ def count_flops(model: nn.Module, *inputs: Any, **kwargs: Any) -> FlopCounter:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), FlopCounter() as counter:
+        with torch.no_grad(), export_path(), FlopCounter() as counter:
             model(*inputs, **kwargs)
     finally:
         model.train(was_training)

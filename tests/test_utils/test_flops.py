@@ -1,10 +1,13 @@
 """The FLOP counter sees every product, including the Newton iterations."""
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
+from mmengine.analysis import FlopAnalyzer, get_model_complexity_info
 
 from mmsoft.models import SOFT, SOFTAttention
-from mmsoft.ops import newton_inverse
+from mmsoft.ops import newton_inverse, use_newton_route, use_tile_elements
 from mmsoft.utils.flops import FlopCounter, count_flops
 
 PAPER_GFLOPS = dict(tiny=1.9, small=3.3, medium=7.2, large=11.0, huge=16.3)
@@ -38,10 +41,16 @@ def test_in_place_products_and_exponentials_are_counted():
     assert counter.total == 120 + 24 + 10
 
 
-def test_attention_count_follows_its_complexity():
+# A forced spectral route and small tiles change how a CPU runs the forward,
+# not the count.
+@pytest.mark.parametrize('setting', [
+    contextlib.nullcontext, lambda: use_newton_route('eigh'),
+    lambda: use_tile_elements(4096)], ids=['default', 'eigh', 'small-tiles'])
+def test_attention_count_follows_its_complexity(setting):
     attn = SOFTAttention(64, 2, sr_ratio=8, conv_size=9).eval()
     x = torch.rand(1, 56 * 56, 64)
-    counter = count_flops(attn, x, (56, 56))
+    with setting():
+        counter = count_flops(attn, x, (56, 56))
     n, m, d, h, c = 56 * 56, 49, 32, 2, 64
     projections = 3 * n * c * c
     landmarks = h * m * d * d * 64
@@ -80,3 +89,39 @@ def test_kernel_spread_over_tiles_is_computed_once_per_pass(monkeypatch):
 
     # Several tiles recompute the N x m kernel (products and exponentials).
     assert kernel_macs(m * 16) - kernel_macs(10**9) == n * m * (d + 2) + n * m
+
+
+SMALL_ARCH = dict(embed_dims=[16, 32, 32, 64], num_heads=[1, 2, 2, 4],
+                  depths=[1, 1, 1, 1], sr_ratios=[8, 4, 2, 1])
+
+
+@pytest.mark.parametrize('size', [224, 512])
+def test_mmengine_counter_counts_soft_and_misses_what_the_docs_say(size):
+    # What mmdet's, mmseg's and mmpretrain's get_flops.py call; it traces the
+    # model with torch.jit, which takes the graph-friendly path count_flops counts.
+    model = SOFT(arch=SMALL_ARCH).eval()
+    x = torch.rand(1, 3, size, size)
+    info = get_model_complexity_info(model, inputs=(x, ), show_table=False,
+                                     show_arch=False)
+    by_op = FlopAnalyzer(model, (x, )).by_operator()
+    assert info['flops'] == sum(by_op.values()) > 0
+    # Norms and the position-embedding resize are counted by mmengine only.
+    assert set(by_op) == {'conv', 'linear', 'matmul', 'batch_norm', 'layer_norm',
+                          'upsample_bilinear2d'}
+
+    ours = count_flops(model, x)
+    # Inside the Newton inverse's autograd Function, one opaque node to a JIT
+    # trace: the iterations and the product of V_T with the m x d right side
+    # (h m^2 d = m^2 C per layer, m landmarks from each stage's grid).
+    grids = [size // 4 // 2**i for i in range(3)]
+    inverse_applied = sum(
+        depth * (grid // sr)**4 * dims for grid, sr, depth, dims in zip(
+            grids, SMALL_ARCH['sr_ratios'], SMALL_ARCH['depths'],
+            SMALL_ARCH['embed_dims']))
+    exps = sum(v for k, v in ours.counts.items() if k.startswith('exp'))
+    softmax_attention = sum(v for k, v in ours.counts.items()
+                            if 'scaled_dot_product' in k)
+    assert exps > 0 and softmax_attention > 0
+    assert by_op['conv'] + by_op['linear'] + by_op['matmul'] == (
+        ours.total - ours.region_counts['newton'] - inverse_applied - exps
+        - softmax_attention)

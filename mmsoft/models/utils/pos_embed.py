@@ -1,4 +1,6 @@
 """Resizing of learned absolute position embeddings."""
+import math
+import operator
 from typing import Tuple
 
 import torch
@@ -24,8 +26,11 @@ def resize_pos_embed(pos_embed: Tensor, dst_hw: Tuple[int, int],
         graph resizes at every size).
     """
     extra, grid = pos_embed[:, :num_extra_tokens], pos_embed[:, num_extra_tokens:]
-    side = round(grid.shape[1]**0.5)  # not math.isqrt: it splits torch.compile graphs
-    if side * side != grid.shape[1]:
+    # Plain ints, also under a JIT trace (where shapes are tensors): the
+    # stored grid is a constant of the model; only dst_hw follows the input.
+    tokens = operator.index(grid.shape[1])
+    side = math.isqrt(tokens)
+    if side * side != tokens:
         raise ValueError(
             f'Position embeddings of shape {tuple(pos_embed.shape)} with '
             f'{num_extra_tokens} extra tokens do not hold a square grid.')
