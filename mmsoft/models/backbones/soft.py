@@ -341,7 +341,7 @@ class SOFT(BaseModule):
     @property
     def out_strides(self) -> List[int]:
         """Stride of each output map relative to the input, in output order."""
-        return [STRIDES[i] for i in self.out_indices]
+        return [self.stage_strides[i] for i in self.out_indices]
 
     # ---------------------------------------------------------------- geometry
     # What deployment and necks need to know about the shapes, published here
@@ -356,6 +356,11 @@ class SOFT(BaseModule):
         """``{'stage<i>': dict(channels, stride)}`` of each output, in order."""
         return {f'stage{i}': dict(channels=self.embed_dims[i], stride=STRIDES[i])
                 for i in self.out_indices}
+
+    @property
+    def stage_strides(self) -> List[int]:
+        """Stride of each built stage's map relative to the input."""
+        return list(STRIDES[:self.num_stages])
 
     def stage_grids(self, height: int, width: int) -> List[Tuple[int, int]]:
         """Token grid ``(H, W)`` of each built stage for an input of that size."""
@@ -476,7 +481,7 @@ class SOFT(BaseModule):
             bad = int((~torch.isfinite(x)).sum())
             raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
                              'or pass check_finite=False to skip this check.')
-        check_batch(self, x, self.num_stages)  # dtype; batch 1 in training
+        check_batch(self, x)  # dtype; batch 1 in training
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Images (B, C, H, W) to a tuple of outputs (see ``out_type``)."""
