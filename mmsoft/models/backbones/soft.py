@@ -17,7 +17,13 @@ from mmsoft.registry import MODELS, register_model
 from ..attention.soft_attention import SOFTAttention
 from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
 from ..utils.init_summary import begin_init_log, end_init_log
-from .arch_checks import check_arguments, check_batch, empty_outputs
+from .arch_checks import (
+    check_arguments,
+    check_batch,
+    check_stage_outputs,
+    empty_outputs,
+    finite_flag,
+)
 from .soft_stages import ClassTokenStage, SOFTStage
 
 _TINY = dict(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16],
@@ -126,9 +132,12 @@ class SOFT(BaseModule):
         with_cp (bool): Checkpoint every block to save activation memory.
             Defaults to False.
         check_finite (bool): Raise a ValueError naming the problem when the
-            input holds NaN or Inf (in eager mode only: skipped while
-            exporting or under ``torch.compile``, where it would split the
-            graph). Defaults to True.
+            input holds NaN or Inf, and one naming the stage when a stage's
+            output does although the input did not (an input too large for
+            the arithmetic, such as 1e30, or NaN weights); one min/max
+            reduction per stage. In eager mode only: skipped while exporting
+            or under ``torch.compile``, where it would split the graph.
+            Defaults to True.
         newton (str, optional): The Newton inverse of the SOFT attention:
             ``'ridge'`` (``A2 + 0.01 I``, a step per head) or ``'backoff'``
             (the released checkpoints' inverse, see
@@ -488,11 +497,17 @@ class SOFT(BaseModule):
         self.check_input(x)
         if x.shape[0] == 0:
             return empty_outputs(self, x)
-        outs = []
+        images, outs, finite = x, [], []
+        check = self.check_finite and not in_graph()
         for i, stage in enumerate(self.stages):
             x, cls_token = stage(x)
             if i in self.out_indices:
                 outs.append(x)
+            if check:  # one reduction per stage, read once after the loop
+                last_cls = self.out_type == 'cls_token' and cls_token is not None
+                finite.append(finite_flag(cls_token if last_cls else x))
+        if check:
+            check_stage_outputs(finite, images)
         if self.out_type == 'cls_token':
             return (cls_token, )
         return tuple(outs)
