@@ -226,6 +226,23 @@ def test_values_that_are_not_weights_are_refused(tmp_path):
     assert not dst.exists()
 
 
+def test_weights_with_and_without_the_ddp_prefix_are_refused(tmp_path):
+    weights = official_state_dict(seed=16)
+    state = {f'module.{k}': v for k, v in weights.items()}
+    state['cls_token'] = torch.zeros_like(weights['cls_token'])   # a second copy
+    state['norm.weight'] = torch.zeros_like(weights['norm.weight'])
+    src, dst = tmp_path / 'twice.pth', tmp_path / 'twice_out.pth'
+    torch.save(dict(state_dict=state), src)
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert (f"{src} holds weights twice, with and without the prefix 'module.' "
+            "(2 of them): "
+            "'module.cls_token' and 'cls_token' -> 'cls_token'; 'module.norm.weight' "
+            "and 'norm.weight' -> 'norm.weight'. Which copy is meant is not known"
+            in message), message
+    assert not dst.exists()
+
+
 def test_a_training_state_with_an_args_namespace_converts(tmp_path):
     import argparse
     weights = official_state_dict(seed=9)

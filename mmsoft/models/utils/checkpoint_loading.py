@@ -81,8 +81,9 @@ def extract_state_dict(checkpoint: Any, ema: bool = False,
     Raises:
         TypeError: ``checkpoint`` is not a dict.
         KeyError: ``ema`` is set and there is no ``state_dict_ema``.
-        ValueError: The weights hold no tensor, or values that are neither
-            tensors nor numbers.
+        ValueError: The weights hold no tensor, values that are neither
+            tensors nor numbers, or a weight both with and without
+            ``module.`` (see :func:`strip_prefix`).
 
     Examples:
         >>> import torch
@@ -102,7 +103,7 @@ def extract_state_dict(checkpoint: Any, ema: bool = False,
     if not any(isinstance(value, Tensor) for value in weights.values()):
         raise ValueError(f'{source} holds no tensors (keys: {list(weights)[:10]}); '
                          'it is not a model checkpoint.')
-    return strip_prefix(_as_tensors(weights, source), 'module.')
+    return strip_prefix(_as_tensors(weights, source), 'module.', source)
 
 
 def shape_mismatches(own: Mapping[str, Tensor],
@@ -239,7 +240,7 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
         state, leftovers = convert_soft_state_dict(state, newton=RELEASED_NEWTON)
         if leftovers:
             logger.info(f'Not loaded from the released checkpoint: {leftovers}')
-    upgrade_state_dict(state)
+    upgrade_state_dict(state, source=filename)
     _resize_pos_embeds(model, state, logger)
 
     own = model.state_dict()

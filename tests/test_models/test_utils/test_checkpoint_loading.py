@@ -160,3 +160,29 @@ def test_stages_that_are_not_built_are_not_extra(tmp_path):
     model.init_weights()
     torch.testing.assert_close(model.stages[1].blocks[0].attn.q.weight,
                                source.backbone.stages[1].blocks[0].attn.q.weight)
+
+
+def test_a_weight_with_and_without_the_ddp_prefix_is_refused(tmp_path):
+    torch.manual_seed(0)
+    state = {f'module.{k}': v for k, v in SOFT(arch=ARCH).state_dict().items()}
+    state['stages.3.cls_token'] = torch.zeros(1, 1, 64)
+    torch.save(dict(state_dict=state), tmp_path / 'twice.pth')
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained',
+                                          checkpoint=str(tmp_path / 'twice.pth')))
+    with pytest.raises(ValueError, match=r"twice\.pth holds weights twice, with "
+                       r"and without the prefix 'module\.' \(1 of them\): "
+                       r"'module\.stages\.3\.cls_token' and 'stages\.3\.cls_token'"):
+        model.init_weights()
+
+
+def test_keys_of_both_layouts_for_one_weight_are_refused(tmp_path):
+    torch.manual_seed(0)
+    state = SOFT(arch=ARCH).state_dict()
+    state['norm.weight'] = torch.zeros(64)   # the layout before version 2
+    torch.save(dict(state_dict=state), tmp_path / 'mixed.pth')
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained',
+                                          checkpoint=str(tmp_path / 'mixed.pth')))
+    with pytest.raises(ValueError, match=r"mixed\.pth holds keys of both SOFT layouts "
+                       r"for the same weight: 'norm\.weight' and "
+                       r"'stages\.3\.norm\.weight'"):
+        model.init_weights()
