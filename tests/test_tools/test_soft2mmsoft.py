@@ -163,6 +163,25 @@ def test_pickled_code_is_refused_and_never_run(tmp_path, call):
     assert not dst.exists()
 
 
+@pytest.mark.parametrize('flags', [(), ('--unsafe-load', )])
+@pytest.mark.parametrize('make', ['legacy header, then zeros', 'zeros'])
+def test_a_corrupt_file_is_called_corrupt_and_no_flag_is_repeated(tmp_path, make,
+                                                                  flags):
+    src, dst = tmp_path / 'damaged.pth', tmp_path / 'damaged_out.pth'
+    if make == 'zeros':
+        src.write_bytes(bytes(4096))
+    else:
+        torch.save(dict(state_dict=official_state_dict(seed=17)), src,
+                   _use_new_zipfile_serialization=False)
+        src.write_bytes(src.read_bytes()[:2] + bytes(src.stat().st_size - 2))
+    status, message = call_tool(src, dst, *flags)
+    assert status != 0
+    assert f'{src} is truncated, corrupt or not a torch checkpoint' in message
+    assert 'can run code' not in message and 'storages' not in message
+    assert '--unsafe-load' not in message    # no advice to load it unsafely
+    assert not dst.exists()
+
+
 @pytest.mark.parametrize('link', ['same path', 'symlink', 'hard link'])
 @pytest.mark.parametrize('force', [False, True])
 def test_the_source_is_never_overwritten(tmp_path, link, force):

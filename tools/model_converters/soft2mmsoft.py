@@ -65,10 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_source(path: str, unsafe: bool = False) -> dict:
     """Read ``path`` weights-only (or, with ``unsafe``, as a full pickle)."""
-    if unsafe:
-        return torch.load(path, map_location='cpu', weights_only=False)
     return load_local_checkpoint(path, map_location='cpu',
-                                 extra_safe_globals=TRAINING_STATE_GLOBALS)
+                                 extra_safe_globals=TRAINING_STATE_GLOBALS,
+                                 weights_only=not unsafe)
 
 
 def check_destination(src: str, dst: str, force: bool = False) -> None:
@@ -123,8 +122,10 @@ def main(argv=None) -> None:
     try:
         checkpoint = load_source(args.src, args.unsafe_load)
         weights = extract_state_dict(checkpoint, ema=args.ema, source=args.src)
-    except pickle.UnpicklingError as err:
-        sys.exit(f'{err}\nOnly if you trust {args.src}: pass --unsafe-load.')
+    except pickle.UnpicklingError as err:  # refused by the weights-only load
+        advice = '' if args.unsafe_load else \
+            f'\nOnly if you trust {args.src}: pass --unsafe-load.'
+        sys.exit(f'{err}{advice}')
     except (FileNotFoundError, RuntimeError, TypeError, KeyError,
             ValueError) as err:
         sys.exit(str(err.args[0]) if err.args else str(err))
