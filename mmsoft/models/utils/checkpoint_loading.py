@@ -10,8 +10,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 import torch.nn as nn
 from mmengine.logging import MMLogger
-from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner.checkpoint import CheckpointLoader, load_from_local
 from torch import Tensor
+
+from mmsoft.utils.safe_checkpoint import load_local_checkpoint
 
 from .ckpt_convert import (
     RELEASED_NEWTON,
@@ -193,6 +195,29 @@ def _resize_pos_embeds(model: nn.Module, state: Dict[str, Tensor],
         logger.info(f'Resized {key} from {old_shape} to {tuple(state[key].shape)}.')
 
 
+def read_checkpoint(filename: str, map_location: str = 'cpu') -> Any:
+    """Read a checkpoint for ``init_cfg`` loading, safely without any runtime.
+
+    A plain path is read by :func:`mmsoft.utils.load_local_checkpoint`
+    (weights-only, mmengine's allow-list for this call only, errors naming
+    the file and never advising an unsafe load), with or without
+    :mod:`mmsoft.runtime` and changing nothing process-wide. A path another
+    loader of mmengine's ``CheckpointLoader`` serves (URLs, ``s3://``, a
+    local loader someone else registered) goes to that loader.
+
+    Args:
+        filename (str): Checkpoint path or URL mmengine can read.
+        map_location (str): Device to load to. Defaults to ``'cpu'``.
+
+    Returns:
+        The loaded checkpoint.
+    """
+    loader = CheckpointLoader._get_checkpoint_loader(filename)
+    if loader in (load_from_local, load_local_checkpoint):  # a plain path
+        return load_local_checkpoint(filename, map_location=map_location)
+    return CheckpointLoader.load_checkpoint(filename, map_location=map_location)
+
+
 def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = None,
                     map_location: str = 'cpu',
                     allow_extra_weights: bool = False) -> None:
@@ -223,7 +248,7 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
         ValueError: Shapes differ; the message lists the keys and both shapes.
     """
     logger = MMLogger.get_current_instance()
-    checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location)
+    checkpoint = read_checkpoint(filename, map_location=map_location)
     state = extract_state_dict(checkpoint, source=filename)
     if prefix:
         selected = {

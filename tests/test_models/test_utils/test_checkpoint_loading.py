@@ -1,7 +1,11 @@
 """Pretrained SOFT weights load strictly into detectors and segmentors."""
+import json
+import os
+
 import pytest
 import torch
 from helpers.official_soft import official_state_dict
+from helpers.process_settings import run_python
 from mmengine.registry import init_default_scope
 
 import mmsoft  # noqa: F401
@@ -186,3 +190,42 @@ def test_keys_of_both_layouts_for_one_weight_are_refused(tmp_path):
                        r"for the same weight: 'norm\.weight' and "
                        r"'stages\.3\.norm\.weight'"):
         model.init_weights()
+
+
+class RunsSystem:
+    """Pickles into ``os.system(command)``, run by a full unpickling only."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command, ))
+
+
+@pytest.mark.parametrize('runtime', [False, True])
+def test_pickled_code_gets_the_safe_message_with_or_without_the_runtime(tmp_path,
+                                                                        runtime):
+    marker, path = tmp_path / 'marker', tmp_path / 'evil.pth'
+    torch.save(dict(state_dict=dict(w=torch.ones(1)),
+                    payload=RunsSystem(f'touch {marker}')), path)
+    message, unchanged = json.loads(run_python(f"""
+        import pickle
+        import {'mmsoft.runtime' if runtime else 'mmsoft'}
+        from mmsoft.models import SOFT
+        before = snapshot()
+        model = SOFT(arch={ARCH!r}, init_cfg=dict(type='Pretrained',
+                                                  checkpoint={str(path)!r}))
+        try:
+            model.init_weights()
+            message = 'loaded'
+        except pickle.UnpicklingError as err:
+            message = str(err)
+        print(json.dumps([message, snapshot() == before]))
+    """))
+    assert message.startswith(f'Refused to load checkpoint {path}: it holds objects '
+                              'that a weights-only load does not allow, which can '
+                              'run code; nothing in it was run.'), message
+    for advice in ('will likely succeed', 'weights_only', 'Please use'):
+        assert advice not in message
+    assert unchanged   # no process-wide setting was changed to load it
+    assert not marker.exists()
