@@ -262,6 +262,27 @@ def test_weights_with_and_without_the_ddp_prefix_are_refused(tmp_path):
     assert not dst.exists()
 
 
+def test_non_finite_weights_stop_the_tool_unless_allowed(tmp_path):
+    weights = official_state_dict(seed=18)
+    weights['block2.0.att.mha.W_q.weight'][0, :3] = float('nan')
+    weights['cls_token'][0, 0, 0] = float('-inf')
+    src, dst = tmp_path / 'diverged.pth', tmp_path / 'diverged_out.pth'
+    torch.save(dict(state_dict=weights), src)
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert (f'{src} holds weights with NaN or Inf (2 of {len(weights)}): '
+            'cls_token (0 NaN, 1 Inf of 512), block2.0.att.mha.W_q.weight (3 NaN, '
+            '0 Inf of 16384). A model with them gives NaN outputs.' in message), message
+    assert message.endswith('or pass --allow-non-finite to load them as they are.')
+    assert not dst.exists()
+    with logged_messages() as logged:
+        assert call_tool(src, dst, '--allow-non-finite') == (0, '')
+    assert any('holds weights with NaN or Inf (2 of' in m and 'as asked' in m
+               for m in logged), logged
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    assert converted['backbone.stages.1.blocks.0.attn.q.weight'].isnan().sum() == 3
+
+
 def test_a_training_state_with_an_args_namespace_converts(tmp_path):
     import argparse
     weights = official_state_dict(seed=9)

@@ -16,13 +16,13 @@ from mmsoft.registry import MODELS, register_model
 
 from ..attention.soft_attention import SOFTAttention
 from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
+from ..utils.finite import finite_flag
 from ..utils.init_summary import begin_init_log, end_init_log
 from .arch_checks import (
     check_arguments,
     check_batch,
     check_stage_outputs,
     empty_outputs,
-    finite_flag,
 )
 from .soft_stages import ClassTokenStage, SOFTStage
 
@@ -150,7 +150,10 @@ class SOFT(BaseModule):
         init_cfg (dict, optional): Initialisation; ``dict(type='Pretrained',
             checkpoint=..., prefix='backbone.')`` loads weights strictly,
             resizing position embeddings (``allow_extra_weights=True`` drops
-            the blocks of a deeper checkpoint on purpose). Defaults to None.
+            the blocks of a deeper checkpoint on purpose) and refusing
+            weights with NaN or Inf, named in the error
+            (``allow_non_finite=True`` loads them with a warning). A local
+            path is read weights-only by mmsoft's loader. Defaults to None.
 
     Examples:
         >>> import torch
@@ -403,7 +406,9 @@ class SOFT(BaseModule):
                             prefix=self.init_cfg.get('prefix'),
                             map_location=self.init_cfg.get('map_location', 'cpu'),
                             allow_extra_weights=self.init_cfg.get(
-                                'allow_extra_weights', False))
+                                'allow_extra_weights', False),
+                            allow_non_finite=self.init_cfg.get(
+                                'allow_non_finite', False))
             self._is_init = True
             return
         begin_init_log(self)  # one summary line, not one per parameter

@@ -22,6 +22,7 @@ from .ckpt_convert import (
     strip_prefix,
     upgrade_state_dict,
 )
+from .finite import check_finite_weights
 from .pos_embed import resize_pos_embed
 
 # Where checkpoints keep their weights, in order of preference: mmengine and
@@ -220,7 +221,8 @@ def read_checkpoint(filename: str, map_location: str = 'cpu') -> Any:
 
 def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = None,
                     map_location: str = 'cpu',
-                    allow_extra_weights: bool = False) -> None:
+                    allow_extra_weights: bool = False,
+                    allow_non_finite: bool = False) -> None:
     """Load weights into ``model`` and fail loudly when they do not fit.
 
     Takes mmsoft/mmpretrain checkpoints (use ``prefix='backbone.'`` for a
@@ -228,7 +230,8 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
     Position embeddings of another size are resized. Keys of parts the model
     does not have (a classifier head, stages it does not build) are logged;
     weights that do not fit a part it has (the extra blocks of a deeper
-    arch) are an error unless ``allow_extra_weights``.
+    arch) are an error unless ``allow_extra_weights``; weights with NaN or
+    Inf, unless ``allow_non_finite``.
 
     Args:
         model (nn.Module): The backbone.
@@ -240,12 +243,17 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
             model on purpose, dropping the blocks it has no place for
             (``init_cfg=dict(..., allow_extra_weights=True)``). Defaults to
             False.
+        allow_non_finite (bool): Load weights that hold NaN or Inf, with a
+            warning naming them (``init_cfg=dict(..., allow_non_finite=True)``).
+            Defaults to False.
 
     Raises:
         KeyError: No key carries ``prefix``, no key matches the model, some
             of the model's weights are missing, or the checkpoint has weights
             for blocks the model lacks; the message names them.
-        ValueError: Shapes differ; the message lists the keys and both shapes.
+        ValueError: Shapes differ (the message lists the keys and both
+            shapes), or weights the model takes hold NaN or Inf (the message
+            names them).
     """
     logger = MMLogger.get_current_instance()
     checkpoint = read_checkpoint(filename, map_location=map_location)
@@ -266,9 +274,12 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
         if leftovers:
             logger.info(f'Not loaded from the released checkpoint: {leftovers}')
     upgrade_state_dict(state, source=filename)
+    own = model.state_dict()
+    check_finite_weights({k: v for k, v in state.items() if k in own}, filename,
+                         'set init_cfg.allow_non_finite=True',
+                         allow=allow_non_finite)
     _resize_pos_embeds(model, state, logger)
 
-    own = model.state_dict()
     matched = [k for k in own if k in state]
     if not matched:
         raise KeyError(

@@ -4,6 +4,7 @@ import os
 
 import pytest
 import torch
+from helpers.logs import logged_messages
 from helpers.official_soft import official_state_dict
 from helpers.process_settings import run_python
 from mmengine.registry import init_default_scope
@@ -229,3 +230,30 @@ def test_pickled_code_gets_the_safe_message_with_or_without_the_runtime(tmp_path
         assert advice not in message
     assert unchanged   # no process-wide setting was changed to load it
     assert not marker.exists()
+
+
+def test_non_finite_weights_are_named_and_refused_unless_allowed(tmp_path):
+    source = classifier_checkpoint(tmp_path / 'cls.pth')
+    state = torch.load(tmp_path / 'cls.pth', weights_only=True)['state_dict']
+    state['backbone.stages.2.blocks.1.mlp.fc2.weight'][0, 0] = float('inf')
+    state['backbone.stages.0.pos_embed'][0, :2] = float('nan')
+    state['head.fc.weight'][:] = float('nan')   # not taken by the backbone
+    torch.save(dict(state_dict=state), tmp_path / 'diverged.pth')
+    model = SOFT(**{k: v for k, v in backbone_cfg(tmp_path / 'diverged.pth').items()
+                    if k != 'type'})
+    before = model.stages[0].pos_embed.detach().clone()
+    with pytest.raises(ValueError, match=r'diverged\.pth holds weights with NaN or Inf '
+                       r'\(2 of \d+\): stages\.0\.pos_embed \(32 NaN, 0 Inf of '
+                       r'50176\), stages\.2\.blocks\.1\.mlp\.fc2\.weight \(0 NaN, 1 Inf '
+                       r'of 4096\)\. .*set init_cfg\.allow_non_finite=True'):
+        model.init_weights()
+    assert torch.equal(model.stages[0].pos_embed, before)   # nothing was loaded
+    model = SOFT(**{k: v for k, v in backbone_cfg(tmp_path / 'diverged.pth').items()
+                    if k != 'type'})
+    model.init_cfg['allow_non_finite'] = True
+    with logged_messages() as logged:
+        model.init_weights()
+    assert any('holds weights with NaN or Inf (2 of' in m for m in logged), logged
+    assert model.stages[2].blocks[1].mlp.fc2.weight.isinf().sum() == 1
+    torch.testing.assert_close(model.stages[1].blocks[0].attn.q.weight,
+                               source.backbone.stages[1].blocks[0].attn.q.weight)
