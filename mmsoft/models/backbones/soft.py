@@ -491,7 +491,7 @@ class SOFT(BaseModule):
             raise ValueError(f'Input of {x.shape[-2]} x {x.shape[-1]} px is smaller '
                              f'than the minimum {MIN_INPUT_SIZE} x {MIN_INPUT_SIZE} '
                              'px of SOFT; resize or pad the images.')
-        if self.check_finite and not in_graph() and not bool(torch.isfinite(x).all()):
+        if self.check_finite and not in_graph() and not bool(finite_flag(x)):
             bad = int((~torch.isfinite(x)).sum())
             raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
                              'or pass check_finite=False to skip this check.')
