@@ -76,8 +76,10 @@ def load_local_checkpoints_safely() -> str:
     version, and a refused, truncated or foreign file is an error that names
     the file and says what to do.
 
-    Without it: mmengine's own loader (``torch.load`` with torch's default).
-    Skipped when something other than mmengine's loader holds the scheme.
+    Without it: mmengine's own loader (``torch.load`` with torch's default)
+    for ``load_from`` and resuming; the SOFT backbone's ``init_cfg`` loading
+    reads local paths through mmsoft's loader either way. Skipped when
+    something other than mmengine's loader holds the scheme.
 
     Returns:
         str: ``'applied'``, or why it was skipped.

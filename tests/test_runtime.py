@@ -2,13 +2,10 @@
 listed process-wide changes, each can be switched off, and none replaces
 what someone else registered."""
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from helpers.process_settings import run_python
 from mmengine.fileio import get_file_backend
 from mmengine.fileio.backends import LocalBackend
 from mmengine.fileio.backends import registry_utils as backends
@@ -28,47 +25,16 @@ from mmsoft.models import SOFT, SOFTAttention, root_model_names
 from mmsoft.registry import MODELS, register_in_root_registry
 from mmsoft.utils import load_local_checkpoint
 
-# What a process looks like from outside mmsoft: mmengine's file backends and
-# checkpoint loaders, every root registry's names, torch's weights-only
-# allow-list and thread count.
-SNAPSHOT = textwrap.dedent("""
-    import json, sys
-    import torch
-    import mmengine.registry as registries
-    from mmengine.fileio.backends import registry_utils as backends
-    from mmengine.registry import Registry
-    from mmengine.runner.checkpoint import CheckpointLoader
-
-    def snapshot():
-        roots = {name: sorted(r.module_dict) for name, r in vars(registries).items()
-                 if isinstance(r, Registry)}
-        return dict(
-            backends={k: repr(v) for k, v in backends.backends.items()},
-            prefixes={k: repr(v) for k, v in backends.prefix_to_backends.items()},
-            loaders={k: repr(v) for k, v in CheckpointLoader._schemes.items()},
-            roots=roots,
-            safe_globals=sorted(map(repr, torch.serialization.get_safe_globals())),
-            threads=torch.get_num_threads())
-""")
-
-
-def _run(code: str, **env) -> str:
-    result = subprocess.run([sys.executable, '-c', SNAPSHOT + textwrap.dedent(code)],
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, **env})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1]
-
 
 def test_importing_mmsoft_registers_names_and_changes_nothing_else():
     # The libraries mmsoft imports register their own names when imported;
     # they are imported first, so only mmsoft's own changes are compared.
-    libraries = json.loads(_run("""
+    libraries = json.loads(run_python("""
         import mmsoft
         print(json.dumps(sorted(m for m in sys.modules
                                 if m.split('.')[0] not in ('mmsoft', '__main__'))))
     """))
-    before, after, names = json.loads(_run(f"""
+    before, after, names = json.loads(run_python(f"""
         import importlib
         for module in {libraries!r}:
             try:
@@ -119,7 +85,7 @@ def test_only_token_mixers_and_the_backbone_go_into_the_root_registry():
 
 
 def test_the_environment_variable_switches_every_change_off(tmp_path):
-    assert _run(f"""
+    assert run_python(f"""
         from mmengine.fileio import get_file_backend
         from mmengine.fileio.backends import LocalBackend
         from mmengine.logging import HistoryBuffer

@@ -71,12 +71,12 @@ class CheckpointFitHook(Hook):
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         # The weights as Runner.load_checkpoint takes them.
         state = checkpoint.get('state_dict', checkpoint)
-        weights = strip_prefix(state, 'module.')
+        filename = self.checkpoint or find_latest_checkpoint(runner.work_dir)
+        weights = strip_prefix(state, 'module.', f'Checkpoint {filename}')
         metadata = getattr(state, '_metadata', None)
         if metadata is not None:
             weights._metadata = metadata
         missing, unexpected, mismatched = load_fitting_weights(model, weights)
-        filename = self.checkpoint or find_latest_checkpoint(runner.work_dir)
         config = getattr(runner.cfg, 'filename', None) or 'the config'
         what = f'{type(model).__name__} of {config}'
         problems = [f'{len(keys)} {kind} ({_listed(keys)})' for kind, keys in (

@@ -22,6 +22,7 @@ through :func:`load_local_checkpoint`.
 import contextlib
 import os.path as osp
 import pickle
+import pickletools
 import re
 import zipfile
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
@@ -108,9 +109,10 @@ _CODE_REFUSAL = re.compile(
     r'function)'
     r'|Can only (?:create new object|build) '
     r'|Refusing getattr')
-# A pickle instruction the weights-only unpickler does not read (pickle
-# protocol 3 or later, or a pickler other than torch.save's).
-_UNREAD_INSTRUCTION = re.compile(r'Unsupported operand \d+')
+# A byte the weights-only unpickler does not read as an instruction: a pickle
+# instruction it does not support (pickle protocol 3 or later, or a pickler
+# other than torch.save's), or no pickle instruction at all (corruption).
+_UNREAD_INSTRUCTION = re.compile(r'Unsupported operand (\d+)')
 # torch's advice around a refusal: to load unsafely, or to allow the global.
 _ADVICE = re.compile(r'weights.only|Please use `torch\.serialization|trusted source|'
                      r'file an issue|Check the documentation', re.I)
@@ -130,11 +132,17 @@ def _refusal(err: Exception) -> Optional[str]:
     if _CODE_REFUSAL.search(text):
         return ('it holds objects that a weights-only load does not allow, '
                 'which can run code')
-    if _UNREAD_INSTRUCTION.search(text):
+    unread = _UNREAD_INSTRUCTION.search(text)
+    if unread and _is_pickle_instruction(int(unread.group(1))):
         return ('its pickle uses instructions that a weights-only load does not '
                 'read (pickle protocol 3 or later, or not written by '
                 'torch.save), which can run code')
-    return None
+    return None  # a byte that is no instruction at all: the file is corrupt
+
+
+def _is_pickle_instruction(code: int) -> bool:
+    """Whether the byte ``code`` is an instruction of any pickle protocol."""
+    return 0 <= code < 256 and chr(code) in pickletools.code2op
 
 
 def _checkpoint_format(filename: str) -> Optional[str]:
@@ -173,7 +181,8 @@ def _name(filename: str) -> str:
 
 def load_local_checkpoint(filename: str,
                           map_location: Optional[Union[str, Callable]] = None,
-                          extra_safe_globals: Sequence = ()) -> Any:
+                          extra_safe_globals: Sequence = (),
+                          weights_only: bool = True) -> Any:
     """Load a local checkpoint with torch's weights-only loader and clear errors.
 
     Args:
@@ -183,6 +192,11 @@ def load_local_checkpoint(filename: str,
         extra_safe_globals (Sequence): Plain classes to allow besides
             mmengine's (e.g. ``argparse.Namespace``), for this load only.
             Defaults to ``()``.
+        weights_only (bool): False unpickles the file in full, which RUNS
+            ANY CODE pickled in it: only for a file the user trusts and asked
+            for so (the converter's ``--unsafe-load``). The file is still
+            checked first and its failures are reported as below. Defaults
+            to True.
 
     Returns:
         The loaded object (a dict for every checkpoint torch or mmengine
@@ -193,8 +207,10 @@ def load_local_checkpoint(filename: str,
         pickle.UnpicklingError: torch refuses what the file's pickle would
             build or call (for example pickled code, which never runs); the
             message names the file and never advises an unsafe load.
-        RuntimeError: The file is truncated or not a torch checkpoint (text,
-            a link to another kind of file); the message names the file.
+        RuntimeError: The file is truncated, corrupt or not a torch
+            checkpoint (text, zeros, a link to another kind of file), or
+            (``weights_only=False``) its pickle needs code that is not
+            installed; the message names the file.
     """
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
@@ -202,6 +218,8 @@ def load_local_checkpoint(filename: str,
     found = _checkpoint_format(filename)
     if found is not None:
         raise RuntimeError(_not_a_checkpoint(filename, f'it is {found}'))
+    if not weights_only:
+        return _load_unsafely(filename, map_location)
     try:
         with _allow_list(extra_safe_globals):
             return torch.load(filename, map_location=map_location,
@@ -217,6 +235,20 @@ def load_local_checkpoint(filename: str,
             'released SOFT checkpoint: tools/model_converters/soft2mmsoft.py '
             f'with --unsafe-load converts it). torch refused: {_reason(err)}'
         ) from err
+    except Exception as err:  # garbage makes the unpickler raise anything
+        raise RuntimeError(_not_a_checkpoint(filename, _detail(err))) from err
+
+
+def _load_unsafely(filename: str,
+                   map_location: Optional[Union[str, Callable]]) -> Any:
+    """A full unpickling of a checkpoint already checked, its failures named."""
+    try:
+        return torch.load(filename, map_location=map_location, weights_only=False)
+    except (ImportError, AttributeError) as err:  # a class that is not here
+        raise RuntimeError(
+            f'Checkpoint {_name(filename)} holds objects of code that is not '
+            f'installed here ({_detail(err)}); install it, or save the weights '
+            'again as plain tensors where it is.') from err
     except Exception as err:  # garbage makes the unpickler raise anything
         raise RuntimeError(_not_a_checkpoint(filename, _detail(err))) from err
 
@@ -241,6 +273,6 @@ def _detail(err: Exception) -> str:
 
 
 def _not_a_checkpoint(filename: str, detail: str) -> str:
-    return (f'Checkpoint {_name(filename)} is truncated or not a torch checkpoint '
-            f'({detail}). Re-download or re-save it; when resuming, point '
-            '--resume at an earlier checkpoint.')
+    return (f'Checkpoint {_name(filename)} is truncated, corrupt or not a torch '
+            f'checkpoint ({detail}). Re-download or re-save it; when resuming, '
+            'point --resume at an earlier checkpoint.')

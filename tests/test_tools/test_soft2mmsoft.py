@@ -163,6 +163,25 @@ def test_pickled_code_is_refused_and_never_run(tmp_path, call):
     assert not dst.exists()
 
 
+@pytest.mark.parametrize('flags', [(), ('--unsafe-load', )])
+@pytest.mark.parametrize('make', ['legacy header, then zeros', 'zeros'])
+def test_a_corrupt_file_is_called_corrupt_and_no_flag_is_repeated(tmp_path, make,
+                                                                  flags):
+    src, dst = tmp_path / 'damaged.pth', tmp_path / 'damaged_out.pth'
+    if make == 'zeros':
+        src.write_bytes(bytes(4096))
+    else:
+        torch.save(dict(state_dict=official_state_dict(seed=17)), src,
+                   _use_new_zipfile_serialization=False)
+        src.write_bytes(src.read_bytes()[:2] + bytes(src.stat().st_size - 2))
+    status, message = call_tool(src, dst, *flags)
+    assert status != 0
+    assert f'{src} is truncated, corrupt or not a torch checkpoint' in message
+    assert 'can run code' not in message and 'storages' not in message
+    assert '--unsafe-load' not in message    # no advice to load it unsafely
+    assert not dst.exists()
+
+
 @pytest.mark.parametrize('link', ['same path', 'symlink', 'hard link'])
 @pytest.mark.parametrize('force', [False, True])
 def test_the_source_is_never_overwritten(tmp_path, link, force):
@@ -224,6 +243,44 @@ def test_values_that_are_not_weights_are_refused(tmp_path):
     assert "holds values that are not weights: {'block1.0.att.norm1.weight': 'str'}" \
         in message
     assert not dst.exists()
+
+
+def test_weights_with_and_without_the_ddp_prefix_are_refused(tmp_path):
+    weights = official_state_dict(seed=16)
+    state = {f'module.{k}': v for k, v in weights.items()}
+    state['cls_token'] = torch.zeros_like(weights['cls_token'])   # a second copy
+    state['norm.weight'] = torch.zeros_like(weights['norm.weight'])
+    src, dst = tmp_path / 'twice.pth', tmp_path / 'twice_out.pth'
+    torch.save(dict(state_dict=state), src)
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert (f"{src} holds weights twice, with and without the prefix 'module.' "
+            "(2 of them): "
+            "'module.cls_token' and 'cls_token' -> 'cls_token'; 'module.norm.weight' "
+            "and 'norm.weight' -> 'norm.weight'. Which copy is meant is not known"
+            in message), message
+    assert not dst.exists()
+
+
+def test_non_finite_weights_stop_the_tool_unless_allowed(tmp_path):
+    weights = official_state_dict(seed=18)
+    weights['block2.0.att.mha.W_q.weight'][0, :3] = float('nan')
+    weights['cls_token'][0, 0, 0] = float('-inf')
+    src, dst = tmp_path / 'diverged.pth', tmp_path / 'diverged_out.pth'
+    torch.save(dict(state_dict=weights), src)
+    status, message = call_tool(src, dst)
+    assert status != 0
+    assert (f'{src} holds weights with NaN or Inf (2 of {len(weights)}): '
+            'cls_token (0 NaN, 1 Inf of 512), block2.0.att.mha.W_q.weight (3 NaN, '
+            '0 Inf of 16384). A model with them gives NaN outputs.' in message), message
+    assert message.endswith('or pass --allow-non-finite to load them as they are.')
+    assert not dst.exists()
+    with logged_messages() as logged:
+        assert call_tool(src, dst, '--allow-non-finite') == (0, '')
+    assert any('holds weights with NaN or Inf (2 of' in m and 'as asked' in m
+               for m in logged), logged
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    assert converted['backbone.stages.1.blocks.0.attn.q.weight'].isnan().sum() == 3
 
 
 def test_a_training_state_with_an_args_namespace_converts(tmp_path):

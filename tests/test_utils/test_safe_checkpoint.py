@@ -2,6 +2,8 @@
 import os
 import pickle
 import subprocess
+import sys
+import types
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from mmengine.runner.checkpoint import _load_checkpoint
 from torch.utils.data import Dataset
 
 import mmsoft.runtime  # noqa: F401  (registers the allow-list)
+from mmsoft.utils import load_local_checkpoint
 from mmsoft.utils.safe_checkpoint import _reason, _refusal, history_buffer_method
 
 
@@ -125,7 +128,7 @@ def test_truncated_checkpoint_names_the_file(tmp_path):
     torch.save(dict(state_dict=dict(w=torch.ones(1000))), good)
     bad = tmp_path / 'truncated.pth'
     bad.write_bytes(good.read_bytes()[:500])
-    with pytest.raises(RuntimeError, match=r'truncated\.pth is truncated or not'):
+    with pytest.raises(RuntimeError, match=r'truncated\.pth is truncated, corrupt or not'):
         _load_checkpoint(str(bad))
     with pytest.raises(FileNotFoundError, match='missing.pth can not be found'):
         _load_checkpoint(str(tmp_path / 'missing.pth'))
@@ -136,7 +139,7 @@ def test_random_bytes_are_not_a_checkpoint_and_get_no_unsafe_advice(tmp_path):
     path.write_bytes(torch.randint(0, 256, (4096,), dtype=torch.uint8,
                                    generator=torch.Generator().manual_seed(0))
                      .numpy().tobytes())
-    with pytest.raises(RuntimeError, match=r'noise\.pth is truncated or not a '
+    with pytest.raises(RuntimeError, match=r'noise\.pth is truncated, corrupt or not a '
                        r'torch checkpoint') as info:
         _load_checkpoint(str(path))
     assert 'weights_only=False' not in str(info.value)
@@ -240,6 +243,7 @@ def test_every_wording_of_a_refusal_is_recognised_without_torchs_advice(message,
     'persistent_load id must be tuple or int, but got <class \'str\'>',
     TORCH_2_1_PREFIX + 'Can only append to lists, but got <class \'dict\'>',
     'String is too long',
+    TORCH_2_1_PREFIX + 'Unsupported operand 0',   # no pickle instruction at all
 ])
 def test_malformed_pickles_are_not_taken_for_refused_code(message):
     assert _refusal(pickle.UnpicklingError(message)) is None
@@ -255,7 +259,7 @@ def test_text_files_and_links_to_them_are_not_checkpoints(tmp_path, make):
     else:
         path.symlink_to('/etc/passwd')
         named = r'weights\.pth \(a link to /etc/passwd\)'
-    expected = named + r' is truncated or not a torch checkpoint \(it is text'
+    expected = named + r' is truncated, corrupt or not a torch checkpoint \(it is text'
     with pytest.raises(RuntimeError, match=expected):
         _load_checkpoint(str(path))   # load_from, --resume, tools/test.py
     backbone = SOFT(arch=dict(embed_dims=[16, 32, 32, 64], num_heads=[1, 2, 2, 4],
@@ -263,3 +267,45 @@ def test_text_files_and_links_to_them_are_not_checkpoints(tmp_path, make):
                     init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     with pytest.raises(RuntimeError, match=expected):
         backbone.init_weights()
+
+
+def legacy_header_then_zeros(path, kept):
+    """A checkpoint of torch's legacy format whose bytes after ``kept`` became
+    zeros (a file lost past its first blocks)."""
+    good = path.with_name('legacy_good.pth')
+    torch.save(dict(state_dict=dict(w=torch.ones(1000))), good,
+               _use_new_zipfile_serialization=False)
+    data = good.read_bytes()
+    path.write_bytes(data[:kept] + bytes(len(data) - kept))
+
+
+@pytest.mark.parametrize('weights_only', [True, False])
+@pytest.mark.parametrize('make', ['legacy header (2 bytes), then zeros',
+                                  'legacy magic number (15 bytes), then zeros',
+                                  'zeros'])
+def test_corrupt_files_are_called_corrupt(tmp_path, make, weights_only):
+    path = tmp_path / 'damaged.pth'
+    if make == 'zeros':
+        path.write_bytes(bytes(4096))   # also a valid empty tar archive
+    else:
+        legacy_header_then_zeros(path, 2 if '2 bytes' in make else 15)
+    with pytest.raises(RuntimeError, match=r'damaged\.pth is truncated, corrupt or '
+                       r'not a torch checkpoint') as info:
+        load_local_checkpoint(str(path), weights_only=weights_only)
+    for wrong in ('can run code', 'unsafe', 'weights_only', 'storages'):
+        assert wrong not in str(info.value)
+
+
+def test_an_unsafe_load_names_code_that_is_not_installed(tmp_path):
+    module = types.ModuleType('mmsoft_gone_module')
+    module.Gone = type('Gone', (), {'__module__': 'mmsoft_gone_module'})
+    sys.modules['mmsoft_gone_module'] = module
+    try:
+        torch.save(dict(state_dict=dict(w=torch.ones(1)), extra=module.Gone()),
+                   tmp_path / 'gone.pth')
+    finally:
+        del sys.modules['mmsoft_gone_module']
+    with pytest.raises(RuntimeError, match=r"gone\.pth holds objects of code that is "
+                       r"not installed here \(ModuleNotFoundError: No module named "
+                       r"'mmsoft_gone_module'\)"):
+        load_local_checkpoint(str(tmp_path / 'gone.pth'), weights_only=False)

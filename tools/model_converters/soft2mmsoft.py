@@ -12,6 +12,9 @@ back weights-only and checked before it takes its name. The checkpoint's
 ``meta['ema']`` says whether the weights are the EMA ones (an EMA-only source
 gives them without ``--ema``).
 
+Weights that hold NaN or Inf stop the converter, named, unless
+``--allow-non-finite`` is given.
+
 The source is read weights-only: a checkpoint whose pickle carries code is
 refused, never run. Training states of the authors' code (timm or DeiT,
 with an ``args`` namespace beside the weights) read that way too;
@@ -32,7 +35,11 @@ import sys
 import torch
 
 from mmsoft.engine.atomic_local_backend import atomic_output
-from mmsoft.models.utils import convert_soft_state_dict, extract_state_dict
+from mmsoft.models.utils import (
+    check_finite_weights,
+    convert_soft_state_dict,
+    extract_state_dict,
+)
 from mmsoft.models.utils.checkpoint_loading import EMA_KEY, weights_key
 from mmsoft.models.utils.ckpt_convert import NEWTON_CODES, RELEASED_NEWTON
 from mmsoft.utils import load_local_checkpoint
@@ -55,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='load SRC with weights_only=False, which RUNS ANY '
                         'CODE pickled in it: only for a file you trust that the '
                         'safe load refuses')
+    parser.add_argument('--allow-non-finite', action='store_true',
+                        help='convert weights that hold NaN or Inf (named in a '
+                        'warning) instead of stopping')
     parser.add_argument('--newton', choices=tuple(NEWTON_CODES),
                         default=RELEASED_NEWTON,
                         help='Newton inverse recorded in the checkpoint: backoff '
@@ -65,10 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_source(path: str, unsafe: bool = False) -> dict:
     """Read ``path`` weights-only (or, with ``unsafe``, as a full pickle)."""
-    if unsafe:
-        return torch.load(path, map_location='cpu', weights_only=False)
     return load_local_checkpoint(path, map_location='cpu',
-                                 extra_safe_globals=TRAINING_STATE_GLOBALS)
+                                 extra_safe_globals=TRAINING_STATE_GLOBALS,
+                                 weights_only=not unsafe)
 
 
 def check_destination(src: str, dst: str, force: bool = False) -> None:
@@ -123,8 +132,12 @@ def main(argv=None) -> None:
     try:
         checkpoint = load_source(args.src, args.unsafe_load)
         weights = extract_state_dict(checkpoint, ema=args.ema, source=args.src)
-    except pickle.UnpicklingError as err:
-        sys.exit(f'{err}\nOnly if you trust {args.src}: pass --unsafe-load.')
+        check_finite_weights(weights, args.src, 'pass --allow-non-finite',
+                             allow=args.allow_non_finite)
+    except pickle.UnpicklingError as err:  # refused by the weights-only load
+        advice = '' if args.unsafe_load else \
+            f'\nOnly if you trust {args.src}: pass --unsafe-load.'
+        sys.exit(f'{err}{advice}')
     except (FileNotFoundError, RuntimeError, TypeError, KeyError,
             ValueError) as err:
         sys.exit(str(err.args[0]) if err.args else str(err))

@@ -2,19 +2,17 @@
 
 Kept apart from the backbone so that each check reads on its own:
 :func:`check_arguments` runs in the constructor, :func:`check_batch` in
-``check_input`` before the forward, :func:`empty_outputs` answers a batch of
-no images.
+``check_input`` before the forward, :func:`check_stage_outputs` after it,
+:func:`empty_outputs` answers a batch of no images. The stage geometry
+(grids, strides) is read from the backbone, which publishes it
+(``stage_grids``, ``stage_strides``), never computed here again.
 """
-import math
 from numbers import Integral, Real
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
-
-# The stride of stage k's map is 2 ** (k + 2).
-_FIRST_STRIDE_LOG2 = 2
 
 
 def _is_int(value) -> bool:
@@ -79,11 +77,6 @@ def check_arguments(settings: dict, in_channels, img_size, drop_rate,
             raise ValueError(f'{name} must be in [0, 1), got {rate!r}.')
 
 
-def _grid(size: int, stage: int) -> int:
-    """Side of stage ``stage``'s map (0-based) for an input side ``size``."""
-    return math.ceil(size / 2 ** (stage + _FIRST_STRIDE_LOG2))
-
-
 def _autocast_on(device_type: str) -> bool:
     try:
         return torch.is_autocast_enabled(device_type)
@@ -92,13 +85,13 @@ def _autocast_on(device_type: str) -> bool:
                 else torch.is_autocast_enabled())
 
 
-def check_batch(model: torch.nn.Module, x: Tensor, num_stages: int) -> None:
+def check_batch(model: torch.nn.Module, x: Tensor) -> None:
     """Checks of an input batch beyond its shape: dtype, and batch-1 training.
 
     Args:
-        model (nn.Module): The backbone (its parameters give the dtype).
+        model (nn.Module): The backbone (its parameters give the dtype, its
+            ``stage_grids`` and ``stage_strides`` the geometry).
         x (Tensor): The input images, (B, C, H, W).
-        num_stages (int): Stages the backbone builds.
 
     Raises:
         TypeError: ``x`` is not floating point, or of another dtype than the
@@ -119,22 +112,46 @@ def check_batch(model: torch.nn.Module, x: Tensor, num_stages: int) -> None:
                         f"torch.autocast('{x.device.type}') for mixed precision.")
     if not model.training or x.shape[0] != 1:
         return
-    last = num_stages - 1
-    h, w = _grid(x.shape[-2], last), _grid(x.shape[-1], last)
+    h, w = model.stage_grids(x.shape[-2], x.shape[-1])[-1]
     batchnorm_trains = any(isinstance(m, _BatchNorm) and m.training
                            for m in model.modules())
     if h * w == 1 and batchnorm_trains:
         raise ValueError(
             f'In training, batch 1 at {x.shape[-2]} x {x.shape[-1]} px gives stage '
-            f'{last + 1} a 1 x 1 map, and its BatchNorm needs more than one value '
-            f'per channel. Train with batches of 2 or more, or inputs of more than '
-            f'{2 ** (last + _FIRST_STRIDE_LOG2)} px on one side, or norm_eval=True.')
+            f'{model.num_stages} a 1 x 1 map, and its BatchNorm needs more than one '
+            f'value per channel. Train with batches of 2 or more, or inputs of more '
+            f'than {model.stage_strides[-1]} px on one side, or norm_eval=True.')
+
+
+def check_stage_outputs(finite: List[Tensor], x: Tensor) -> None:
+    """Name the first stage whose output is not finite although its input was.
+
+    Args:
+        finite (list[Tensor]): One :func:`mmsoft.models.utils.finite_flag`
+            per stage, in order (read here at once: one wait for the device).
+        x (Tensor): The (finite) input images.
+
+    Raises:
+        ValueError: A stage output holds NaN or Inf; the message names the
+            stage, the input's largest magnitude and what to check.
+    """
+    flags = torch.stack(finite).tolist()
+    if all(flags):
+        return
+    stage = flags.index(False) + 1
+    largest = float(x.detach().abs().amax())
+    raise ValueError(
+        f'Stage {stage} of SOFT gave NaN or Inf outputs from a finite input (largest '
+        f'magnitude {largest:.3g}, {x.dtype}): the input overflows the arithmetic '
+        'or the weights hold NaN or Inf. Normalise the images (as a data '
+        'preprocessor does) and check the checkpoint, or pass check_finite=False '
+        'to skip this check.')
 
 
 def empty_outputs(model: torch.nn.Module, x: Tensor) -> Tuple[Tensor, ...]:
     """The outputs of a batch of no images, shaped as for any other batch."""
     if model.out_type == 'cls_token':
         return (x.new_zeros((0, model.embed_dims[3])), )
-    return tuple(
-        x.new_zeros((0, model.embed_dims[i], _grid(x.shape[-2], i),
-                     _grid(x.shape[-1], i))) for i in model.out_indices)
+    grids = model.stage_grids(x.shape[-2], x.shape[-1])
+    return tuple(x.new_zeros((0, model.embed_dims[i], *grids[i]))
+                 for i in model.out_indices)

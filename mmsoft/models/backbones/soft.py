@@ -16,8 +16,14 @@ from mmsoft.registry import MODELS, register_model
 
 from ..attention.soft_attention import SOFTAttention
 from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
+from ..utils.finite import finite_flag
 from ..utils.init_summary import begin_init_log, end_init_log
-from .arch_checks import check_arguments, check_batch, empty_outputs
+from .arch_checks import (
+    check_arguments,
+    check_batch,
+    check_stage_outputs,
+    empty_outputs,
+)
 from .soft_stages import ClassTokenStage, SOFTStage
 
 _TINY = dict(embed_dims=[64, 128, 320, 512], num_heads=[2, 4, 10, 16],
@@ -126,9 +132,12 @@ class SOFT(BaseModule):
         with_cp (bool): Checkpoint every block to save activation memory.
             Defaults to False.
         check_finite (bool): Raise a ValueError naming the problem when the
-            input holds NaN or Inf (in eager mode only: skipped while
-            exporting or under ``torch.compile``, where it would split the
-            graph). Defaults to True.
+            input holds NaN or Inf, and one naming the stage when a stage's
+            output does although the input did not (an input too large for
+            the arithmetic, such as 1e30, or NaN weights); one min/max
+            reduction per stage. In eager mode only: skipped while exporting
+            or under ``torch.compile``, where it would split the graph.
+            Defaults to True.
         newton (str, optional): The Newton inverse of the SOFT attention:
             ``'ridge'`` (``A2 + 0.01 I``, a step per head) or ``'backoff'``
             (the released checkpoints' inverse, see
@@ -141,7 +150,10 @@ class SOFT(BaseModule):
         init_cfg (dict, optional): Initialisation; ``dict(type='Pretrained',
             checkpoint=..., prefix='backbone.')`` loads weights strictly,
             resizing position embeddings (``allow_extra_weights=True`` drops
-            the blocks of a deeper checkpoint on purpose). Defaults to None.
+            the blocks of a deeper checkpoint on purpose) and refusing
+            weights with NaN or Inf, named in the error
+            (``allow_non_finite=True`` loads them with a warning). A local
+            path is read weights-only by mmsoft's loader. Defaults to None.
 
     Examples:
         >>> import torch
@@ -341,7 +353,7 @@ class SOFT(BaseModule):
     @property
     def out_strides(self) -> List[int]:
         """Stride of each output map relative to the input, in output order."""
-        return [STRIDES[i] for i in self.out_indices]
+        return [self.stage_strides[i] for i in self.out_indices]
 
     # ---------------------------------------------------------------- geometry
     # What deployment and necks need to know about the shapes, published here
@@ -356,6 +368,11 @@ class SOFT(BaseModule):
         """``{'stage<i>': dict(channels, stride)}`` of each output, in order."""
         return {f'stage{i}': dict(channels=self.embed_dims[i], stride=STRIDES[i])
                 for i in self.out_indices}
+
+    @property
+    def stage_strides(self) -> List[int]:
+        """Stride of each built stage's map relative to the input."""
+        return list(STRIDES[:self.num_stages])
 
     def stage_grids(self, height: int, width: int) -> List[Tuple[int, int]]:
         """Token grid ``(H, W)`` of each built stage for an input of that size."""
@@ -389,7 +406,9 @@ class SOFT(BaseModule):
                             prefix=self.init_cfg.get('prefix'),
                             map_location=self.init_cfg.get('map_location', 'cpu'),
                             allow_extra_weights=self.init_cfg.get(
-                                'allow_extra_weights', False))
+                                'allow_extra_weights', False),
+                            allow_non_finite=self.init_cfg.get(
+                                'allow_non_finite', False))
             self._is_init = True
             return
         begin_init_log(self)  # one summary line, not one per parameter
@@ -472,22 +491,28 @@ class SOFT(BaseModule):
             raise ValueError(f'Input of {x.shape[-2]} x {x.shape[-1]} px is smaller '
                              f'than the minimum {MIN_INPUT_SIZE} x {MIN_INPUT_SIZE} '
                              'px of SOFT; resize or pad the images.')
-        if self.check_finite and not in_graph() and not bool(torch.isfinite(x).all()):
+        if self.check_finite and not in_graph() and not bool(finite_flag(x)):
             bad = int((~torch.isfinite(x)).sum())
             raise ValueError(f'Input holds {bad} NaN or Inf values; clean the data '
                              'or pass check_finite=False to skip this check.')
-        check_batch(self, x, self.num_stages)  # dtype; batch 1 in training
+        check_batch(self, x)  # dtype; batch 1 in training
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Images (B, C, H, W) to a tuple of outputs (see ``out_type``)."""
         self.check_input(x)
         if x.shape[0] == 0:
             return empty_outputs(self, x)
-        outs = []
+        images, outs, finite = x, [], []
+        check = self.check_finite and not in_graph()
         for i, stage in enumerate(self.stages):
             x, cls_token = stage(x)
             if i in self.out_indices:
                 outs.append(x)
+            if check:  # one reduction per stage, read once after the loop
+                last_cls = self.out_type == 'cls_token' and cls_token is not None
+                finite.append(finite_flag(cls_token if last_cls else x))
+        if check:
+            check_stage_outputs(finite, images)
         if self.out_type == 'cls_token':
             return (cls_token, )
         return tuple(outs)

@@ -5,9 +5,11 @@ from .checkpoint_loading import (
     load_pretrained,
 )
 from .ckpt_convert import convert_soft_state_dict, is_official_soft, strip_prefix
+from .finite import check_finite_weights, finite_flag, non_finite_weights
 from .pos_embed import resize_pos_embed
 
 __all__ = [
     'extract_state_dict', 'load_fitting_weights', 'load_pretrained',
-    'convert_soft_state_dict', 'is_official_soft', 'strip_prefix', 'resize_pos_embed'
+    'convert_soft_state_dict', 'is_official_soft', 'strip_prefix', 'resize_pos_embed',
+    'check_finite_weights', 'finite_flag', 'non_finite_weights'
 ]

@@ -10,8 +10,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 import torch.nn as nn
 from mmengine.logging import MMLogger
-from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner.checkpoint import CheckpointLoader, load_from_local
 from torch import Tensor
+
+from mmsoft.utils.safe_checkpoint import load_local_checkpoint
 
 from .ckpt_convert import (
     RELEASED_NEWTON,
@@ -20,6 +22,7 @@ from .ckpt_convert import (
     strip_prefix,
     upgrade_state_dict,
 )
+from .finite import check_finite_weights
 from .pos_embed import resize_pos_embed
 
 # Where checkpoints keep their weights, in order of preference: mmengine and
@@ -81,8 +84,9 @@ def extract_state_dict(checkpoint: Any, ema: bool = False,
     Raises:
         TypeError: ``checkpoint`` is not a dict.
         KeyError: ``ema`` is set and there is no ``state_dict_ema``.
-        ValueError: The weights hold no tensor, or values that are neither
-            tensors nor numbers.
+        ValueError: The weights hold no tensor, values that are neither
+            tensors nor numbers, or a weight both with and without
+            ``module.`` (see :func:`strip_prefix`).
 
     Examples:
         >>> import torch
@@ -102,7 +106,7 @@ def extract_state_dict(checkpoint: Any, ema: bool = False,
     if not any(isinstance(value, Tensor) for value in weights.values()):
         raise ValueError(f'{source} holds no tensors (keys: {list(weights)[:10]}); '
                          'it is not a model checkpoint.')
-    return strip_prefix(_as_tensors(weights, source), 'module.')
+    return strip_prefix(_as_tensors(weights, source), 'module.', source)
 
 
 def shape_mismatches(own: Mapping[str, Tensor],
@@ -192,9 +196,33 @@ def _resize_pos_embeds(model: nn.Module, state: Dict[str, Tensor],
         logger.info(f'Resized {key} from {old_shape} to {tuple(state[key].shape)}.')
 
 
+def read_checkpoint(filename: str, map_location: str = 'cpu') -> Any:
+    """Read a checkpoint for ``init_cfg`` loading, safely without any runtime.
+
+    A plain path is read by :func:`mmsoft.utils.load_local_checkpoint`
+    (weights-only, mmengine's allow-list for this call only, errors naming
+    the file and never advising an unsafe load), with or without
+    :mod:`mmsoft.runtime` and changing nothing process-wide. A path another
+    loader of mmengine's ``CheckpointLoader`` serves (URLs, ``s3://``, a
+    local loader someone else registered) goes to that loader.
+
+    Args:
+        filename (str): Checkpoint path or URL mmengine can read.
+        map_location (str): Device to load to. Defaults to ``'cpu'``.
+
+    Returns:
+        The loaded checkpoint.
+    """
+    loader = CheckpointLoader._get_checkpoint_loader(filename)
+    if loader in (load_from_local, load_local_checkpoint):  # a plain path
+        return load_local_checkpoint(filename, map_location=map_location)
+    return CheckpointLoader.load_checkpoint(filename, map_location=map_location)
+
+
 def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = None,
                     map_location: str = 'cpu',
-                    allow_extra_weights: bool = False) -> None:
+                    allow_extra_weights: bool = False,
+                    allow_non_finite: bool = False) -> None:
     """Load weights into ``model`` and fail loudly when they do not fit.
 
     Takes mmsoft/mmpretrain checkpoints (use ``prefix='backbone.'`` for a
@@ -202,7 +230,8 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
     Position embeddings of another size are resized. Keys of parts the model
     does not have (a classifier head, stages it does not build) are logged;
     weights that do not fit a part it has (the extra blocks of a deeper
-    arch) are an error unless ``allow_extra_weights``.
+    arch) are an error unless ``allow_extra_weights``; weights with NaN or
+    Inf, unless ``allow_non_finite``.
 
     Args:
         model (nn.Module): The backbone.
@@ -214,15 +243,20 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
             model on purpose, dropping the blocks it has no place for
             (``init_cfg=dict(..., allow_extra_weights=True)``). Defaults to
             False.
+        allow_non_finite (bool): Load weights that hold NaN or Inf, with a
+            warning naming them (``init_cfg=dict(..., allow_non_finite=True)``).
+            Defaults to False.
 
     Raises:
         KeyError: No key carries ``prefix``, no key matches the model, some
             of the model's weights are missing, or the checkpoint has weights
             for blocks the model lacks; the message names them.
-        ValueError: Shapes differ; the message lists the keys and both shapes.
+        ValueError: Shapes differ (the message lists the keys and both
+            shapes), or weights the model takes hold NaN or Inf (the message
+            names them).
     """
     logger = MMLogger.get_current_instance()
-    checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location)
+    checkpoint = read_checkpoint(filename, map_location=map_location)
     state = extract_state_dict(checkpoint, source=filename)
     if prefix:
         selected = {
@@ -239,10 +273,13 @@ def load_pretrained(model: nn.Module, filename: str, prefix: Optional[str] = Non
         state, leftovers = convert_soft_state_dict(state, newton=RELEASED_NEWTON)
         if leftovers:
             logger.info(f'Not loaded from the released checkpoint: {leftovers}')
-    upgrade_state_dict(state)
+    upgrade_state_dict(state, source=filename)
+    own = model.state_dict()
+    check_finite_weights({k: v for k, v in state.items() if k in own}, filename,
+                         'set init_cfg.allow_non_finite=True',
+                         allow=allow_non_finite)
     _resize_pos_embeds(model, state, logger)
 
-    own = model.state_dict()
     matched = [k for k in own if k in state]
     if not matched:
         raise KeyError(

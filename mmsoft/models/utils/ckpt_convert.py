@@ -72,13 +72,48 @@ def is_official_soft(state_dict: Mapping[str, Tensor]) -> bool:
                for key in state_dict)
 
 
-def strip_prefix(state_dict: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:
-    """Drop ``prefix`` from every key that has it (e.g. DDP's ``'module.'``)."""
-    return OrderedDict((key[len(prefix):] if key.startswith(prefix) else key, value)
-                       for key, value in state_dict.items())
+def strip_prefix(state_dict: Mapping[str, Tensor], prefix: str,
+                 source: str = 'the state dict') -> Dict[str, Tensor]:
+    """Drop ``prefix`` from every key that has it (e.g. DDP's ``'module.'``).
+
+    Args:
+        state_dict (Mapping[str, Tensor]): Weights.
+        prefix (str): The prefix to drop.
+        source (str): How to name the weights in errors, e.g. the
+            checkpoint's path. Defaults to ``'the state dict'``.
+
+    Returns:
+        dict[str, Tensor]: The weights under the shorter keys.
+
+    Raises:
+        ValueError: Two keys become one (``module.k`` and ``k``): which copy
+            is meant is not known, so none is taken; the message names them.
+
+    Examples:
+        >>> import torch
+        >>> list(strip_prefix({'module.w': torch.ones(1), 'b': torch.ones(1)},
+        ...                   'module.'))
+        ['w', 'b']
+    """
+    stripped: Dict[str, Tensor] = OrderedDict()
+    sources: Dict[str, str] = {}
+    collisions = []
+    for key, value in state_dict.items():
+        new_key = key[len(prefix):] if key.startswith(prefix) else key
+        if new_key in stripped:
+            collisions.append(f'{sources[new_key]!r} and {key!r} -> {new_key!r}')
+        stripped[new_key], sources[new_key] = value, key
+    if collisions:
+        raise ValueError(
+            f'{source} holds weights twice, with and without the prefix '
+            f'{prefix!r} ({len(collisions)} of them): {"; ".join(collisions[:8])}'
+            f'{" ..." if len(collisions) > 8 else ""}. Which copy is meant is '
+            'not known; save the checkpoint again with one copy of each weight.')
+    return stripped
 
 
-def upgrade_state_dict(state_dict: Dict[str, Tensor], prefix: str = '') -> list:
+def upgrade_state_dict(state_dict: Dict[str, Tensor], prefix: str = '',
+                       source: str = 'the state dict') -> list:
     """Rename, in place, keys of mmsoft's SOFT layout before version 2.
 
     Keys of today's layout match no rule and stay as they are, so this is
@@ -89,20 +124,33 @@ def upgrade_state_dict(state_dict: Dict[str, Tensor], prefix: str = '') -> list:
             looked at.
         prefix (str): Prefix of the backbone's keys, such as ``'backbone.'``.
             Defaults to ``''``.
+        source (str): How to name the weights in errors, e.g. the
+            checkpoint's path. Defaults to ``'the state dict'``.
 
     Returns:
         list: The old keys that were renamed.
+
+    Raises:
+        ValueError: An old key's new name is taken (the weights of both
+            layouts): the message names both keys, and nothing is renamed.
     """
-    renamed = []
+    renames = {}
     for key in [k for k in state_dict if k.startswith(prefix)]:
         for pattern, template in _V1_RULES:
             match = re.match(pattern, key[len(prefix):])
             if match:
-                state_dict[prefix + _apply(template, match.groups())] = \
-                    state_dict.pop(key)
-                renamed.append(key)
+                renames[key] = prefix + _apply(template, match.groups())
                 break
-    return renamed
+    taken = [f'{old!r} and {new!r}' for old, new in renames.items()
+             if new in state_dict]
+    if taken:
+        raise ValueError(
+            f'{source} holds keys of both SOFT layouts for the same weight: '
+            f'{"; ".join(taken[:8])}{" ..." if len(taken) > 8 else ""}. Which copy '
+            'is meant is not known; save the checkpoint again with one layout.')
+    for key, new_key in renames.items():
+        state_dict[new_key] = state_dict.pop(key)
+    return list(renames)
 
 
 def convert_soft_state_dict(state_dict: Mapping[str, Tensor],

@@ -110,3 +110,25 @@ def test_init_weights_logs_one_honest_summary():
         f"{total - changed} keep the values they were built with (PyTorch's "
         'defaults).']
     assert not hasattr(model, '_params_init_info')
+
+
+class CoarserSOFT(SOFT):
+    """A backbone publishing a geometry of its own: maps half as fine."""
+
+    @property
+    def stage_strides(self):
+        return [2 * stride for stride in super().stage_strides]
+
+    def stage_grids(self, height, width):
+        return [(max(h // 2, 1), max(w // 2, 1))
+                for h, w in super().stage_grids(height, width)]
+
+
+def test_the_checks_read_the_geometry_the_backbone_publishes():
+    model = CoarserSOFT(arch=ARCH, out_type='featmap', out_indices=(0, 1, 2, 3)).eval()
+    outs = model(torch.rand(0, 3, 64, 65))
+    assert [tuple(o.shape[2:]) for o in outs] == model.stage_grids(64, 65)
+    with pytest.raises(ValueError, match=r'batch 1 at 32 x 64 px gives stage 4 a '
+                       r'1 x 1 map.*inputs of more than 64 px on one side'):
+        model.train()(torch.rand(1, 3, 32, 64))
+    SOFT(arch=ARCH).train()(torch.rand(1, 3, 32, 64))  # 1 x 2 in SOFT's own geometry

@@ -191,3 +191,25 @@ def test_non_finite_input_is_an_error_unless_switched_off():
         small().eval()(x)
     (out,) = small(check_finite=False).eval()(x)
     assert torch.isnan(out).any()  # documented: no silent repair either
+
+
+@pytest.mark.parametrize('out_type,out_indices', [('cls_token', -1),
+                                                  ('featmap', (0, 1, 2, 3))])
+def test_a_finite_input_that_overflows_names_the_stage(out_type, out_indices):
+    x = torch.full((1, 3, 64, 64), 1e30)
+    kwargs = dict(out_type=out_type, out_indices=out_indices)
+    with pytest.raises(ValueError, match=r'Stage 1 of SOFT gave NaN or Inf outputs '
+                       r'from a finite input \(largest magnitude 1e\+30, '
+                       r'torch.float32\).*Normalise the images.*check_finite=False'):
+        small(**kwargs).eval()(x)
+    outs = small(check_finite=False, **kwargs).eval()(x)
+    assert not torch.isfinite(outs[-1]).all()   # what the check reports
+
+
+def test_a_stage_with_non_finite_weights_is_named():
+    model = small().eval()
+    with torch.no_grad():
+        model.stages[2].blocks[0].mlp.fc1.weight[0, 0] = float('inf')
+    with pytest.raises(ValueError, match=r'Stage 3 of SOFT gave NaN or Inf outputs '
+                       r'from a finite input .*the weights hold NaN or Inf'):
+        model(torch.rand(1, 3, 64, 64))

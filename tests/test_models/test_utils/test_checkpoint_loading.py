@@ -1,7 +1,12 @@
 """Pretrained SOFT weights load strictly into detectors and segmentors."""
+import json
+import os
+
 import pytest
 import torch
+from helpers.logs import logged_messages
 from helpers.official_soft import official_state_dict
+from helpers.process_settings import run_python
 from mmengine.registry import init_default_scope
 
 import mmsoft  # noqa: F401
@@ -158,5 +163,97 @@ def test_stages_that_are_not_built_are_not_extra(tmp_path):
                  init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'),
                                prefix='backbone.'))
     model.init_weights()
+    torch.testing.assert_close(model.stages[1].blocks[0].attn.q.weight,
+                               source.backbone.stages[1].blocks[0].attn.q.weight)
+
+
+def test_a_weight_with_and_without_the_ddp_prefix_is_refused(tmp_path):
+    torch.manual_seed(0)
+    state = {f'module.{k}': v for k, v in SOFT(arch=ARCH).state_dict().items()}
+    state['stages.3.cls_token'] = torch.zeros(1, 1, 64)
+    torch.save(dict(state_dict=state), tmp_path / 'twice.pth')
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained',
+                                          checkpoint=str(tmp_path / 'twice.pth')))
+    with pytest.raises(ValueError, match=r"twice\.pth holds weights twice, with "
+                       r"and without the prefix 'module\.' \(1 of them\): "
+                       r"'module\.stages\.3\.cls_token' and 'stages\.3\.cls_token'"):
+        model.init_weights()
+
+
+def test_keys_of_both_layouts_for_one_weight_are_refused(tmp_path):
+    torch.manual_seed(0)
+    state = SOFT(arch=ARCH).state_dict()
+    state['norm.weight'] = torch.zeros(64)   # the layout before version 2
+    torch.save(dict(state_dict=state), tmp_path / 'mixed.pth')
+    model = SOFT(arch=ARCH, init_cfg=dict(type='Pretrained',
+                                          checkpoint=str(tmp_path / 'mixed.pth')))
+    with pytest.raises(ValueError, match=r"mixed\.pth holds keys of both SOFT layouts "
+                       r"for the same weight: 'norm\.weight' and "
+                       r"'stages\.3\.norm\.weight'"):
+        model.init_weights()
+
+
+class RunsSystem:
+    """Pickles into ``os.system(command)``, run by a full unpickling only."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command, ))
+
+
+@pytest.mark.parametrize('runtime', [False, True])
+def test_pickled_code_gets_the_safe_message_with_or_without_the_runtime(tmp_path,
+                                                                        runtime):
+    marker, path = tmp_path / 'marker', tmp_path / 'evil.pth'
+    torch.save(dict(state_dict=dict(w=torch.ones(1)),
+                    payload=RunsSystem(f'touch {marker}')), path)
+    message, unchanged = json.loads(run_python(f"""
+        import pickle
+        import {'mmsoft.runtime' if runtime else 'mmsoft'}
+        from mmsoft.models import SOFT
+        before = snapshot()
+        model = SOFT(arch={ARCH!r}, init_cfg=dict(type='Pretrained',
+                                                  checkpoint={str(path)!r}))
+        try:
+            model.init_weights()
+            message = 'loaded'
+        except pickle.UnpicklingError as err:
+            message = str(err)
+        print(json.dumps([message, snapshot() == before]))
+    """))
+    assert message.startswith(f'Refused to load checkpoint {path}: it holds objects '
+                              'that a weights-only load does not allow, which can '
+                              'run code; nothing in it was run.'), message
+    for advice in ('will likely succeed', 'weights_only', 'Please use'):
+        assert advice not in message
+    assert unchanged   # no process-wide setting was changed to load it
+    assert not marker.exists()
+
+
+def test_non_finite_weights_are_named_and_refused_unless_allowed(tmp_path):
+    source = classifier_checkpoint(tmp_path / 'cls.pth')
+    state = torch.load(tmp_path / 'cls.pth', weights_only=True)['state_dict']
+    state['backbone.stages.2.blocks.1.mlp.fc2.weight'][0, 0] = float('inf')
+    state['backbone.stages.0.pos_embed'][0, :2] = float('nan')
+    state['head.fc.weight'][:] = float('nan')   # not taken by the backbone
+    torch.save(dict(state_dict=state), tmp_path / 'diverged.pth')
+    model = SOFT(**{k: v for k, v in backbone_cfg(tmp_path / 'diverged.pth').items()
+                    if k != 'type'})
+    before = model.stages[0].pos_embed.detach().clone()
+    with pytest.raises(ValueError, match=r'diverged\.pth holds weights with NaN or Inf '
+                       r'\(2 of \d+\): stages\.0\.pos_embed \(32 NaN, 0 Inf of '
+                       r'50176\), stages\.2\.blocks\.1\.mlp\.fc2\.weight \(0 NaN, 1 Inf '
+                       r'of 4096\)\. .*set init_cfg\.allow_non_finite=True'):
+        model.init_weights()
+    assert torch.equal(model.stages[0].pos_embed, before)   # nothing was loaded
+    model = SOFT(**{k: v for k, v in backbone_cfg(tmp_path / 'diverged.pth').items()
+                    if k != 'type'})
+    model.init_cfg['allow_non_finite'] = True
+    with logged_messages() as logged:
+        model.init_weights()
+    assert any('holds weights with NaN or Inf (2 of' in m for m in logged), logged
+    assert model.stages[2].blocks[1].mlp.fc2.weight.isinf().sum() == 1
     torch.testing.assert_close(model.stages[1].blocks[0].attn.q.weight,
                                source.backbone.stages[1].blocks[0].attn.q.weight)
