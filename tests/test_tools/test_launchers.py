@@ -66,7 +66,7 @@ def echoed(script, *args, bin_dir, **env):
     environ = {k: v for k, v in os.environ.items()
                if k not in ('NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT', 'GPUS',
                             'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS',
-                            'OMP_NUM_THREADS')}
+                            'OMP_NUM_THREADS', 'PYTHONPATH')}
     environ.update(env, PATH=f'{bin_dir}:{os.environ["PATH"]}')
     result = subprocess.run([str(REPO / 'tools' / script), *map(str, args)], cwd=REPO,
                             capture_output=True, text=True, timeout=30, env=environ)
