@@ -44,7 +44,9 @@ check_cluster_env() {
 
 # run_torchrun GPUS TOOL [TOOL ARGS...]: replace this shell with torchrun
 # starting GPUS processes of TOOL on this node (NNODES, NODE_RANK,
-# MASTER_ADDR and PORT from the environment).
+# MASTER_ADDR and PORT from the environment). torchrun keeps this shell's
+# pid, which the workers get as MMSOFT_LAUNCHER_PID (see
+# tools/lib/follow_launcher.py).
 run_torchrun() {
     local gpus=$1
     shift
@@ -56,6 +58,7 @@ run_torchrun() {
     check_cluster_env "$USAGE"
     # CPU runs: one intra-op thread pool per process, not one per core each.
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / gpus > 0 ? $(nproc) / gpus : 1 ))}
+    export MMSOFT_LAUNCHER_PID=$$
     PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \
     exec python -m torch.distributed.run \
         --nnodes="$NNODES" \
