@@ -178,7 +178,8 @@ def tool_options() -> Dict[str, Set[str]]:
     """Options each tool accepts, from its own argument parser (a launcher:
     its own flags and those of the tool it runs)."""
     python = sorted(str(p.relative_to(REPO)) for pattern in ('tools/*.py', 'tools/*/*.py')
-                    for p in REPO.glob(pattern) if p.name != '__init__.py')
+                    for p in REPO.glob(pattern)
+                    if p.name != '__init__.py' and p.parent.name != 'lib')
     shell = {str(p.relative_to(REPO)): _text(p) for p in sorted(REPO.glob('tools/*.sh'))}
     result = subprocess.run(
         [sys.executable, '-c', _PARSER_DUMP, str(REPO), *python], cwd=REPO,

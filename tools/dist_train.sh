@@ -8,35 +8,6 @@
 # signal, waits 30 s, then kills); workers also stop when it is SIGKILLed.
 set -euo pipefail
 USAGE="usage: $0 CONFIG GPUS [train.py args...]"
-if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-    exit 0
-fi
-if [ $# -lt 2 ]; then
-    echo "$USAGE" >&2
-    exit 2
-fi
-CONFIG=$1
-GPUS=$2
-shift 2
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-
-. "$(dirname "$0")/lib/launcher_args.sh"
-require_count GPUS "$GPUS" 1 "$USAGE"
-check_cluster_env "$USAGE"
-# CPU runs: one intra-op thread pool per process, not one per core each.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / GPUS > 0 ? $(nproc) / GPUS : 1 ))}
-
-PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \
-exec python -m torch.distributed.run \
-    --nnodes="$NNODES" \
-    --node_rank="$NODE_RANK" \
-    --master_addr="$MASTER_ADDR" \
-    --nproc_per_node="$GPUS" \
-    --master_port="$PORT" \
-    "$(dirname "$0")/train.py" \
-    "$CONFIG" \
-    --launcher pytorch "$@"
+. "$(dirname "$0")/lib/launcher.sh"
+check_usage 2 "$@"
+run_torchrun "$2" "$(dirname "$0")/train.py" "$1" --launcher pytorch "${@:3}"

@@ -7,6 +7,11 @@ Examples:
     python tools/test.py configs/soft_tiny_imagenet.py work_dirs/epoch_300.pth
     tools/dist_test.sh configs/soft_tiny_imagenet.py soft_tiny.pth 8
 """
+if __name__ == '__main__':  # first, before seconds of imports: see the module
+    import os.path as osp
+    import runpy
+    runpy.run_path(osp.join(osp.dirname(osp.abspath(__file__)), 'lib',
+                            'follow_launcher.py'))['follow_launcher']()
 import argparse
 import os
 

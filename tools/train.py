@@ -6,6 +6,11 @@ The config's ``default_scope`` decides the toolbox. Examples:
         --cfg-options model.backbone.init_cfg.checkpoint=soft_tiny.pth
     tools/dist_train.sh configs/soft_tiny_imagenet.py 8 --resume
 """
+if __name__ == '__main__':  # first, before seconds of imports: see the module
+    import os.path as osp
+    import runpy
+    runpy.run_path(osp.join(osp.dirname(osp.abspath(__file__)), 'lib',
+                            'follow_launcher.py'))['follow_launcher']()
 import argparse
 import os
 

@@ -163,9 +163,17 @@ def stop_with_launcher(poll_s: float = 1.0, grace_s: float = 30.0) -> bool:
     launcher (or to the launcher's process group) cannot reach the workers,
     and they would train on and write checkpoints. On SIGTERM or SIGINT the
     launcher ends them itself; this covers SIGKILL: a daemon thread notices
-    that the worker's parent has changed and sends SIGTERM to the worker's
-    process group (itself and its data loader workers), then SIGKILL after
-    ``grace_s``. It does nothing unless the process was started by torchrun.
+    that the worker's parent is no longer the launcher and sends SIGTERM to
+    the worker's process group (itself and its data loader workers), then
+    SIGKILL after ``grace_s``. It does nothing unless the process was started
+    by torchrun.
+
+    The launcher is the pid in ``MMSOFT_LAUNCHER_PID`` when set, else the
+    parent now. ``tools/train.py`` and ``tools/test.py`` set it before their
+    imports (``tools/lib/follow_launcher.py``, which on Linux also has the
+    kernel end the worker with its launcher from then on): a launcher killed
+    during those seconds leaves a parent that is not the launcher, and the
+    watch ends the worker at once.
 
     Args:
         poll_s (float): How often to check the parent. Defaults to 1.0.
@@ -176,7 +184,8 @@ def stop_with_launcher(poll_s: float = 1.0, grace_s: float = 30.0) -> bool:
     """
     if 'TORCHELASTIC_RUN_ID' not in os.environ:
         return False
-    launcher = os.getppid()
+    given = os.environ.get('MMSOFT_LAUNCHER_PID', '')
+    launcher = int(given) if given.isdigit() else os.getppid()
     own_group = os.getpgid(0) == os.getpid()
 
     def end(sig: int) -> None:

@@ -31,7 +31,7 @@ test_dataloader = val_dataloader
 
 
 @pytest.mark.slow
-def test_a_dry_run_writes_the_table_and_a_rerun_skips_finished_runs(
+def test_a_dry_run_writes_the_table_and_a_forced_rerun_skips_finished_runs(
         tiny_digits, tmp_path):
     args = ['--tasks', 'digits', '--mixers', 'soft', 'agent', '--seeds', '0',
             '--length', '3', '--config', f'digits={tiny_digits}',
@@ -55,7 +55,9 @@ def test_a_dry_run_writes_the_table_and_a_rerun_skips_finished_runs(
 
     logs = sorted(tmp_path.glob('digits/*/seed0/train.log'))
     before = {p: p.stat().st_mtime_ns for p in logs}
-    assert compare.main(args) == rows
+    with pytest.raises(SystemExit, match='runs.csv exists; pass --force'):
+        compare.main(args)
+    assert compare.main(args + ['--force']) == rows
     assert {p: p.stat().st_mtime_ns for p in logs} == before
 
 

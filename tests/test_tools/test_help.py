@@ -1,4 +1,5 @@
-"""Every tool answers --help with its usage and an example, without side effects."""
+"""Every tool answers --help with its usage and an example, without side effects
+(``tools/lib/`` holds code the tools share, not tools)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_TOOLS = sorted(str(p.relative_to(REPO)) for p in REPO.glob('tools/**/*.py')
-                      if p.name != '__init__.py')
+                      if p.name != '__init__.py' and p.parent.name != 'lib')
 SHELL_TOOLS = sorted(str(p.relative_to(REPO)) for p in REPO.glob('tools/*.sh'))
 
 

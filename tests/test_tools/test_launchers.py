@@ -5,7 +5,8 @@ Fast tests read the command each script assembles, with stand-ins for
 processes: each toolbox trains a few iterations from a config of configs/ on a tiny
 dataset, evaluates the checkpoint with dist_test.sh and resumes. A training
 run killed with SIGKILL resumes to the same weights as one never stopped, and
-a rank that raises ends the whole job.
+a rank that raises ends the whole job; a launcher killed while its workers
+start (importing, starting the process group) ends them too.
 """
 import os
 import signal
@@ -66,7 +67,7 @@ def echoed(script, *args, bin_dir, **env):
     environ = {k: v for k, v in os.environ.items()
                if k not in ('NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT', 'GPUS',
                             'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS',
-                            'OMP_NUM_THREADS')}
+                            'OMP_NUM_THREADS', 'PYTHONPATH')}
     environ.update(env, PATH=f'{bin_dir}:{os.environ["PATH"]}')
     result = subprocess.run([str(REPO / 'tools' / script), *map(str, args)], cwd=REPO,
                             capture_output=True, text=True, timeout=30, env=environ)
@@ -461,7 +462,6 @@ def test_sigkill_to_the_launcher_group_ends_the_workers_and_the_lock_refuses_a_r
                 if not ended(pid):
                     os.kill(pid, signal.SIGKILL)
     assert all_ended, (tmp_path / 'launcher.log').read_text()[-3000:]
-    assert 'the launcher (pid' in (tmp_path / 'launcher.log').read_text()
 
 
 @pytest.mark.slow
@@ -487,3 +487,61 @@ def test_sigterm_to_the_launcher_ends_every_worker(digits, tmp_path):
     lock.acquire()
     lock.release()
     assert not (work / 'train.lock').exists()
+
+
+STALL_HOOK = '''
+import time
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class StallBeforeRun(Hook):
+    def before_run(self, runner):
+        time.sleep(600)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('tool,delay,port', [
+    ('train', 0.5, 29681), ('train', 2, 29682), ('train', 4, 29683),
+    ('test', 2, 29684)])
+def test_workers_end_with_a_launcher_killed_while_they_start(digits, tmp_path, tool,
+                                                              delay, port):
+    """``kill -9`` of the launcher 0.5, 2 or 4 s after it started its workers
+    (importing, reading the config, starting the process group): the workers
+    end and leave no lock behind. Once started, a run here stalls before its
+    first iteration, so only the launcher's end can end it."""
+    from mmsoft.apis import WorkDirLock
+    (tmp_path / 'stall_hook.py').write_text(STALL_HOOK)
+    config = digits_config(tmp_path / 'cls.py', digits, epochs=1)
+    with open(config, 'a') as f:
+        f.write("custom_imports = dict(imports=['mmsoft', 'stall_hook'])\n"
+                "custom_hooks = [dict(type='StallBeforeRun')]\n")
+    work = tmp_path / 'work'
+    args = ([config, 2] if tool == 'train' else [config, tmp_path / 'none.pth', 2])
+    with open(tmp_path / 'launcher.log', 'w') as log:
+        proc = subprocess.Popen(
+            [str(REPO / f'tools/dist_{tool}.sh'), *map(str, args), '--work-dir',
+             str(work)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, 'PORT': str(port), 'OMP_NUM_THREADS': '1',
+                 'PYTHONPATH': f'{tmp_path}:{REPO}'})
+        workers = []
+        try:
+            assert wait_for(lambda: len(children(proc.pid)) == 2, 120)
+            time.sleep(delay)
+            os.kill(proc.pid, signal.SIGSTOP)  # starts no worker between the two
+            workers = children(proc.pid)
+            proc.kill()
+            proc.wait()
+            all_ended = wait_for(lambda: all(ended(p) for p in workers), 20)
+        finally:
+            for pid in workers:
+                if not ended(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert len(workers) == 2
+    assert all_ended, (tmp_path / 'launcher.log').read_text()[-3000:]
+    lock = WorkDirLock(str(work))  # a lock of a killed worker is taken over
+    lock.acquire()
+    lock.release()

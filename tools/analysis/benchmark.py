@@ -56,7 +56,11 @@ from mmsoft.benchmark.report import (  # noqa: F401
     write_csv,
 )
 from mmsoft.benchmark.timing import matmul_peak, run_suites
+from mmsoft.utils import check_outputs_in
 from mmsoft.utils.env import cpu_model
+
+OUTPUTS = ('benchmark.csv', 'benchmark.png', 'summary.txt')
+"""What the tool writes to --out-dir."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -87,12 +91,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="CPU threads (torch.set_num_threads); torch's default "
                         'when not given')
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
-    return parser.parse_args(argv)
+    parser.add_argument('--force', action='store_true',
+                        help='replace the CSV, plot and summary in --out-dir '
+                        'when they exist')
+    args = parser.parse_args(argv)
+    return args
 
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    try:
+        check_outputs_in(args.out_dir, OUTPUTS, args.force)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f'--threads must be >= 1, got {args.threads}.')
@@ -106,12 +118,13 @@ def main(argv=None) -> None:
     rows = run_suites(args)
     columns = ['kind', 'variant', 'size', 'tokens', 'forward_s', 'fwd_bwd_s',
                'forward_img_s', 'fwd_bwd_img_s', 'forward_mib', 'fwd_bwd_mib']
-    write_csv(out_dir / 'benchmark.csv', rows, columns)
-    plot(rows, out_dir / 'benchmark.png')
+    csv_file, png_file, summary_file = (out_dir / name for name in OUTPUTS)
+    write_csv(csv_file, rows, columns)
+    plot(rows, png_file)
     summary = [header] + summarise(rows, peak)
-    (out_dir / 'summary.txt').write_text('\n'.join(summary) + '\n')
+    summary_file.write_text('\n'.join(summary) + '\n')
     print('\n'.join(summary))
-    print(f'Wrote {out_dir / "benchmark.csv"} and {out_dir / "benchmark.png"}.')
+    print(f'Wrote {csv_file} and {png_file}.')
 
 
 if __name__ == '__main__':

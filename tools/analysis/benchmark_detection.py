@@ -36,6 +36,7 @@ from mmsoft.benchmark.timing import (
     sample_round_robin,
 )
 from mmsoft.ops import newton_route_names
+from mmsoft.utils import check_outputs_in
 from mmsoft.utils.env import cpu_model, format_route_report
 
 
@@ -60,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int,
                         help="torch threads (default: torch's)")
     parser.add_argument('--out-dir', default='work_dirs/benchmark_detection')
+    parser.add_argument('--force', action='store_true',
+                        help='replace detection.csv in --out-dir when it exists')
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f'--repeats must be >= 1, got {args.repeats}.')
@@ -71,6 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> List[dict]:
     args = parse_args(argv)
+    try:
+        check_outputs_in(args.out_dir, ['detection.csv'], args.force)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     if args.threads:
         torch.set_num_threads(args.threads)
     header = (f'CPU: {cpu_model()}, {os.cpu_count()} logical cores, '

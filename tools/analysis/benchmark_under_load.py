@@ -47,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--max-load-seconds', type=float, default=1800.0,
                         help='the busy processes end by themselves after this')
     parser.add_argument('--out-dir', default='work_dirs/benchmark_under_load')
+    parser.add_argument('--force', action='store_true',
+                        help='replace load.csv in --out-dir when it exists')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if min(args.threads) < 1:
@@ -89,6 +91,11 @@ def main(argv=None) -> List[dict]:
     if args.worker:
         worker(args.worker)
         return []
+    from mmsoft.utils import check_outputs_in
+    try:
+        check_outputs_in(args.out_dir, ['load.csv'], args.force)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     from mmsoft.benchmark.background_load import busy_processes
     from mmsoft.benchmark.report import write_csv
     from mmsoft.utils.env import cpu_model

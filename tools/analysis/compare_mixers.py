@@ -15,7 +15,8 @@ stopped comparison resumes where it was. Parameters
 and FLOPs (multiply-accumulates, Newton iterations included) are counted for
 the whole model at the task's input size; training images/s from the logged
 iteration times; peak memory is the training process's peak resident set.
-Writes runs.csv, summary.md and mixers.png to --out-dir.
+Writes runs.csv, summary.md and mixers.png to --out-dir; when they exist
+(a finished comparison), pass --force to write them again.
 
 Examples:
   python tools/analysis/compare_mixers.py                     # full table
@@ -39,6 +40,7 @@ from mmengine.config import Config, DictAction
 import mmsoft  # noqa: F401  (registers the mixers)
 from mmsoft.benchmark.cases import PEERS, attention_cfg
 from mmsoft.benchmark.report import write_csv
+from mmsoft.utils import check_outputs_in
 from mmsoft.utils.env import cpu_model
 from mmsoft.utils.flops import measure_config
 
@@ -101,6 +103,8 @@ comparison, and the seeds of the full one."""
 MIXERS = ('soft', ) + tuple(p for p in PEERS if p != 'softmax-plain')
 """The token mixers compared, by their names in :mod:`mmsoft.benchmark.cases`
 (the plain softmax is the same function as ``softmax-sdpa``)."""
+OUTPUTS = ('runs.csv', 'summary.md', 'mixers.png')
+"""What the tool writes to --out-dir besides the runs' work dirs."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                         help='settings for every run, key=value (e.g. a data root)')
     parser.add_argument('--out-dir', default='work_dirs/compare_mixers')
+    parser.add_argument('--force', action='store_true',
+                        help='replace runs.csv, summary.md and mixers.png in '
+                        '--out-dir when they exist')
     args = parser.parse_args(argv)
     unknown = set(args.config) - set(TASKS)
     if unknown:
@@ -319,6 +326,10 @@ def plot(rows: List[dict], path: Path) -> None:
 
 def main(argv=None) -> List[dict]:
     args = parse_args(argv)
+    try:
+        check_outputs_in(args.out_dir, OUTPUTS, args.force)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, costs = [], {}
@@ -340,11 +351,12 @@ def main(argv=None) -> List[dict]:
                 print(f'{task} {mixer} seed {seed}: {spec["metric"]} '
                       f'{result.metric:.4g}', flush=True)
                 results.append(result)
-    write_csv(out_dir / 'runs.csv', (asdict(r) for r in results))
+    runs_file, summary_file, png_file = (out_dir / name for name in OUTPUTS)
+    write_csv(runs_file, (asdict(r) for r in results))
     rows = summarise(results, costs)
     lines = [f'CPU: {cpu_model()}', ''] + markdown(rows)
-    (out_dir / 'summary.md').write_text('\n'.join(lines))
-    plot(rows, out_dir / 'mixers.png')
+    summary_file.write_text('\n'.join(lines))
+    plot(rows, png_file)
     print('\n'.join(lines))
     return rows
 

@@ -2,7 +2,7 @@
 
 The weights come from the low-rank factors
 (:func:`mmsoft.models.attention.diagnostics.attention_row`), so large images
-never need the N x N matrix.
+never need the N x N matrix. An existing --out is replaced only with --force.
 
 Examples:
     python tools/analysis/visualize_attention.py configs/soft_tiny_imagenet.py \
@@ -23,6 +23,7 @@ from PIL import Image
 
 import mmsoft  # noqa: F401
 from mmsoft.models.attention import SOFTAttention, attention_row
+from mmsoft.utils import check_output_file
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,7 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='query position as fractions of height and width')
     parser.add_argument('--size', type=int, default=224,
                         help='shorter image side fed to the model (default 224)')
-    parser.add_argument('--out', default='attention.png', help='output PNG')
+    parser.add_argument('--out', default='attention.png',
+                        help='output PNG (default attention.png)')
+    parser.add_argument('--force', action='store_true',
+                        help='replace the --out file when it exists')
     args = parser.parse_args(argv)
     if len(args.paths) > 2:
         parser.error('give at most a checkpoint and an image')
@@ -104,6 +108,10 @@ def save_figure(image: np.ndarray, maps: torch.Tensor, heads: List[int],
 
 def main(argv=None) -> Optional[str]:
     args = parse_args(argv)
+    try:
+        check_output_file(args.out, args.force, example='attention.png')
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     checkpoint = args.paths[0] if len(args.paths) == 2 else None
     cfg = Config.fromfile(args.config)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))

@@ -3,7 +3,8 @@
 Runs mmdet's DetInferencer (boxes, and masks for instance segmentation) or
 mmseg's MMSegInferencer (class maps), as the config's default_scope says, and
 draws with their visualisers. One PNG per image, named
-``<OUT_PREFIX><image name>.png``.
+``<OUT_PREFIX><image name>.png``; one that exists is replaced only with
+--force, checked before the model is built.
 
 Examples:
     python tools/analysis/visualize_predictions.py \\
@@ -34,12 +35,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--scale', type=int, default=1,
                         help='enlarge the pictures this many times, pixels kept '
                         'sharp, for small images (default: 1)')
+    parser.add_argument('--force', action='store_true',
+                        help='replace PNGs that exist')
     return parser.parse_args(argv)
 
 
 def visualize(config: str, checkpoint: str, images: Sequence[str], out_prefix: str,
               score_thr: float = 0.3, opacity: float = 0.5,
-              scale: int = 1) -> List[Path]:
+              scale: int = 1, force: bool = False) -> List[Path]:
     """Draw predictions on ``images``; returns the PNGs written.
 
     Args:
@@ -51,14 +54,29 @@ def visualize(config: str, checkpoint: str, images: Sequence[str], out_prefix: s
         opacity (float): Opacity of class maps (segmentation). Defaults to 0.5.
         scale (int): Enlarge the pictures this many times (nearest
             neighbour). Defaults to 1.
+        force (bool): Replace PNGs that exist. Defaults to False.
 
     Returns:
         list[Path]: The written files, in the order of ``images``.
+
+    Raises:
+        ValueError: A bad argument, or a PNG that cannot be written
+            (:func:`mmsoft.utils.check_output_file`), before any model is built.
     """
     from mmengine.config import Config
     from PIL import Image
+
+    from mmsoft.utils import check_output_file
     if scale < 1:
         raise ValueError(f'scale must be a positive integer, got {scale}.')
+    targets = {}
+    for image in images:
+        target = f'{out_prefix}{Path(image).stem}.png'
+        if target in targets:
+            raise ValueError(f'{targets[target]} and {image} would both be drawn to '
+                             f'{target}; pass images of different names.')
+        targets[target] = image
+        check_output_file(target, force, make_folders=True)
     cfg = Config.fromfile(config)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
@@ -84,7 +102,7 @@ def visualize(config: str, checkpoint: str, images: Sequence[str], out_prefix: s
             drawn = Path(tmp) / 'vis'
         for image in images:
             source = drawn / Path(image).name
-            target = Path(f'{out_prefix}{Path(image).stem}.png')
+            target = Path(f'{out_prefix}{Path(image).stem}.png')  # as checked above
             target.parent.mkdir(parents=True, exist_ok=True)
             picture = Image.open(source)
             if scale > 1:
@@ -99,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     for path in visualize(args.config, args.checkpoint, args.images,
                           args.out_prefix, args.score_thr, args.opacity,
-                          args.scale):
+                          args.scale, args.force):
         print(f'Saved {path}')
 
 

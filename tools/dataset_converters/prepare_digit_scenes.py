@@ -252,6 +252,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             return
         raise SystemExit(f'{out_dir} holds digit scenes made with other settings '
                          f'({record}); delete the folder or choose another one.')
+    from mmsoft.utils import check_output_folder
+    try:
+        check_output_folder(out_dir)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     if Path(out_dir).is_dir() and any(Path(out_dir).iterdir()):
         raise SystemExit(f'{out_dir} is not empty; choose a new folder.')
     try:

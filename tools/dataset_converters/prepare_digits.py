@@ -2,7 +2,8 @@
 
 The 1,797 8 x 8 scans ship inside scikit-learn, so no download is needed.
 They are saved as PNGs in mmpretrain's CustomDataset layout with a fixed,
-stratified 80/20 split:
+stratified 80/20 split, into a new or empty folder (one that holds the
+dataset already is left as it is):
 
     OUT_DIR/train/<digit>/<index>.png   (1,438 images)
     OUT_DIR/val/<digit>/<index>.png     (359 images)
@@ -11,6 +12,7 @@ Example:
     python tools/dataset_converters/prepare_digits.py data/digits
 """
 import argparse
+import os
 import os.path as osp
 from pathlib import Path
 
@@ -55,6 +57,14 @@ def main(argv=None) -> None:
     if osp.isdir(osp.join(args.out_dir, 'val', '9')):
         print(f'{args.out_dir} already holds the digits dataset.')
         return
+    from mmsoft.utils import check_output_folder
+    try:
+        check_output_folder(args.out_dir)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    if osp.isdir(args.out_dir) and os.listdir(args.out_dir):
+        raise SystemExit(f'{args.out_dir} is not empty and does not hold the digits '
+                         'dataset; choose a new or empty folder.')
     counts = prepare_digits(args.out_dir)
     print(f'Wrote {counts["train"]} training and {counts["val"]} validation '
           f'images to {args.out_dir}.')

@@ -9,6 +9,8 @@ Newton iteration as matrix products while exporting (mmsoft.ops.exporting),
 or, with --newton-node, as one node per inverse that mmsoft runs in ONNX
 Runtime (mmsoft.deployment.ort_session) by the same route as eager torch.
 
+--out (default: the config's name + .onnx) must not exist unless --force,
+and is never a folder, FIFO or device; that is checked before the export.
 --dynamic makes batch, height and width symbolic; the tool prints the size
 range the file serves, or refuses with the reason. --verify runs ONNX Runtime
 and torch (eager, default path) on the same random input at --shape and at
@@ -48,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         'products: several times faster at detection sizes')
     parser.add_argument('--out', default=None,
                         help='ONNX file (default: the config name + .onnx)')
+    parser.add_argument('--force', action='store_true',
+                        help='replace the --out file when it exists')
     parser.add_argument('--verify', action='store_true',
                         help='compare ONNX Runtime with torch on the same input')
     parser.add_argument('--verify-shape', type=int, nargs=2, action='append',
@@ -60,12 +64,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mmsoft.deployment import export_onnx, load_model, min_dynamic_side, verify_onnx
     if args.verify_shape and not (args.verify and args.dynamic):
         print('error: --verify-shape needs --verify and --dynamic (a static export '
               'serves only --shape)', file=sys.stderr)
         return 2
-    out = args.out or osp.splitext(osp.basename(args.config))[0] + '.onnx'
+    from mmsoft.utils import check_output_file
+    default = osp.splitext(osp.basename(args.config))[0] + '.onnx'
+    out = args.out or default
+    try:
+        check_output_file(out, args.force, make_folders=True, example=default)
+    except ValueError as error:
+        print(f'error: {error}', file=sys.stderr)
+        return 2
+    from mmsoft.deployment import export_onnx, load_model, min_dynamic_side, verify_onnx
     try:
         model = load_model(args.config, args.checkpoint, args.cfg_options)
         export_onnx(model, args.shape, out, dynamic=args.dynamic, opset=args.opset,

@@ -6,8 +6,10 @@ Example:
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --ema
     python tools/model_converters/soft2mmsoft.py soft_tiny.pth out.pth --newton ridge
 
-The converter never writes over a file unless ``--force`` is given, and never
-over the source (also through a link). The output is written aside, loaded
+The converter never writes over a file unless ``--force`` is given, never
+over the source (also through a link), and never over anything that is not a
+regular file (a folder, a FIFO, a device such as /dev/null), checked before
+the source is read. The output is written aside, loaded
 back weights-only and checked before it takes its name. The checkpoint's
 ``meta['ema']`` says whether the weights are the EMA ones (an EMA-only source
 gives them without ``--ema``).
@@ -42,7 +44,7 @@ from mmsoft.models.utils import (
 )
 from mmsoft.models.utils.checkpoint_loading import EMA_KEY, weights_key
 from mmsoft.models.utils.ckpt_convert import NEWTON_CODES, RELEASED_NEWTON
-from mmsoft.utils import load_local_checkpoint
+from mmsoft.utils import check_output_file, load_local_checkpoint
 
 # Plain classes the authors' training states hold besides tensors; unpickling
 # them sets attributes and runs no code.
@@ -83,26 +85,24 @@ def load_source(path: str, unsafe: bool = False) -> dict:
 def check_destination(src: str, dst: str, force: bool = False) -> None:
     """Stop unless ``dst`` can be written without losing anything of the user's.
 
+    ``dst`` is never ``src`` (also through a link), and passes
+    :func:`mmsoft.utils.check_output_file`: a regular file, replaced only with
+    ``force``, in a writable folder.
+
     Args:
         src (str): The checkpoint to convert.
         dst (str): Where the converted checkpoint goes.
         force (bool): Replace an existing ``dst``. Defaults to False.
     """
-    if osp.isdir(dst):
-        name = osp.splitext(osp.basename(src))[0] + '_mmsoft.pth'
-        sys.exit(f'{dst} is a folder; name the file to write, e.g. '
-                 f'{osp.join(dst, name)}.')
-    if osp.exists(dst):
-        if osp.exists(src) and osp.samefile(src, dst):
-            how = ' (through a link)' if osp.abspath(src) != osp.abspath(dst) else ''
-            sys.exit(f'{dst} is the source {src} itself{how}; write the converted '
-                     'checkpoint to another file.')
-        if not force:
-            sys.exit(f'{dst} exists; pass --force to replace it, or choose another '
-                     'name.')
-    dirname = osp.dirname(osp.abspath(dst))
-    if not osp.isdir(dirname):
-        sys.exit(f'Output folder {dirname} does not exist.')
+    if osp.isfile(dst) and osp.exists(src) and osp.samefile(src, dst):
+        how = ' (through a link)' if osp.abspath(src) != osp.abspath(dst) else ''
+        sys.exit(f'{dst} is the source {src} itself{how}; write the converted '
+                 'checkpoint to another file.')
+    try:
+        check_output_file(dst, force,
+                          example=osp.splitext(osp.basename(src))[0] + '_mmsoft.pth')
+    except ValueError as error:
+        sys.exit(str(error))
 
 
 def write_checked(checkpoint: dict, dst: str) -> None:
