@@ -23,6 +23,10 @@ listing (:func:`register_model_index`), so ``mmpretrain.list_models('*soft*')``
 finds the classification configs of ``model-index.yml`` and
 ``mmpretrain.get_model(name, pretrained=PATH)`` builds one. The detection and
 segmentation entries of that index are not mmpretrain models and stay out.
+And it names the ``mmsoft`` package in mmengine's table of packages whose
+configs a config may inherit (:func:`register_config_package`), so
+``_base_ = ['mmsoft::_base_/retinanet_softnorm_fpn_1x_coco.py']`` reads the
+installed package's configs.
 
 Everything that changes a process beyond names is :mod:`mmsoft.runtime`,
 which a process opts into.
@@ -103,50 +107,69 @@ def register_in_root_registry(names: Sequence[str]) -> List[str]:
 
 # The task of the model-index entries that go into mmpretrain's listing.
 CLASSIFICATION = 'Image Classification'
+# Those entries, beside model-index.yml (tools/analysis/make_metafile.py
+# writes both): mmpretrain's ``ModelHub.register_model_index`` takes a whole
+# index, so the classifiers have one of their own.
+CLASSIFIER_INDEX = 'model-index-classification.yml'
+
+
+def register_config_package() -> None:
+    """Name ``mmsoft`` in mmengine's table of packages with configs.
+
+    Called by ``import mmsoft``. mmengine reads a base config
+    ``'mmsoft::<folder>/<file>'`` from the installed package's
+    ``mmsoft/.mim/configs/`` only for the packages this table names (mmengine
+    0.10.7 names the OpenMMLab toolboxes). An entry the table already holds
+    is left as it is.
+    """
+    from mmengine.config.utils import MODULE2PACKAGE
+    MODULE2PACKAGE.setdefault('mmsoft', 'mmsoft')
 
 
 def find_model_index(package_dir: Optional[Path] = None) -> Optional[Path]:
     """Where mmsoft's ``model-index.yml`` is, whatever the current directory.
 
-    OpenMMLab packages ship their configs and index in ``<package>/.mim/``;
-    a source checkout (``tools/setup.sh`` installs it editable) has them in
-    the repository next to the package.
+    OpenMMLab packages ship their configs and index in ``<package>/.mim/``
+    (a wheel holds copies there, an editable install links them to the
+    checkout); a source checkout run without installing has them in the
+    repository next to the package. ``.mim`` is looked at first.
 
     Args:
         package_dir (Path, optional): The ``mmsoft`` package folder. Defaults
             to the one this module is in.
 
     Returns:
-        Path | None: The index, or None where neither place has one (a
+        Path | None: The index with links resolved (the checkout's own file
+        for an editable install), or None where neither place has one (a
         package installed without its configs).
     """
     package_dir = Path(package_dir or Path(__file__).resolve().parent)
     for root in (package_dir / '.mim', package_dir.parent):
         index = root / 'model-index.yml'
         if index.is_file() and (root / 'configs' / 'metafile.yml').is_file():
-            return index
+            return index.resolve()
     return None
 
 
 def register_model_index(index: Optional[Path] = None) -> List[str]:
     """List mmsoft's classifiers in mmpretrain's model listing.
 
-    Called by ``import mmsoft``. Each ``Image Classification`` entry of the
-    index goes into mmpretrain's ``ModelHub`` with its config's absolute path,
-    as ``ModelHub.register_model_index`` does for a whole index (it has no
-    filter, so the entries are added the way it adds them). A config is read
-    only when ``get_model`` asks for it, and reading it imports its
-    ``custom_imports`` (:mod:`mmsoft.runtime` among them). Registering again
-    is harmless; a name mmpretrain already lists for another config is left
-    as it is.
+    Called by ``import mmsoft``. The classification index beside ``index``
+    (:data:`CLASSIFIER_INDEX`) goes to mmpretrain's
+    ``ModelHub.register_model_index``, with the configs in the ``configs/``
+    folder beside it. A config is read only when ``get_model`` asks for it,
+    and reading it imports its ``custom_imports`` (:mod:`mmsoft.runtime`
+    among them). Registering again is harmless. Where mmpretrain already
+    lists one of the names for another config (another package's), nothing
+    is added.
 
     Args:
-        index (Path, optional): A model-index file. Defaults to
+        index (Path, optional): mmsoft's ``model-index.yml``. Defaults to
             :func:`find_model_index`.
 
     Returns:
-        list[str]: The names left out because mmpretrain lists them for
-        another config.
+        list[str]: The names mmpretrain lists for another config; mmsoft's
+        classifiers were not added when there are any.
 
     Examples:
         >>> import mmpretrain
@@ -159,22 +182,23 @@ def register_model_index(index: Optional[Path] = None) -> List[str]:
     index = index or find_model_index()
     if index is None:
         return []
+    root = Path(index).parent
+    classifiers = root / CLASSIFIER_INDEX
     try:
         from mmpretrain.apis.model import ModelHub
         from modelindex.load_model_index import load
     except ImportError:  # mmpretrain is not installed: nothing to list in
         return []
-    model_index = load(str(index))
-    model_index.build_models_with_collections()
-    taken = []
-    for model in model_index.models:
-        if CLASSIFICATION not in {result.task for result in model.results or []}:
-            continue
-        name = model.name.lower()
-        model.config = str(Path(index).parent / model.config)
-        held = ModelHub._models_dict.get(name)
-        if held is None:
-            ModelHub._models_dict[name] = model
-        elif held.config != model.config:
-            taken.append(name)
-    return taken
+    if not classifiers.is_file():
+        return []
+    ours = {model.name.lower(): str(root / model.config)
+            for model in load(str(classifiers)).models}
+    listed = [name for name in ours if ModelHub.has(name)]
+    if not listed:
+        ModelHub.register_model_index(classifiers, config_prefix=root)
+        return []
+    # Listed by an earlier call, or by another package: the entry's config
+    # tells (read only; ModelHub.get would parse the config and import its
+    # custom_imports).
+    return [name for name in listed
+            if ModelHub._models_dict[name].config != ours[name]]

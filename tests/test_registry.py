@@ -123,3 +123,35 @@ def test_without_an_index_nothing_is_registered(monkeypatch):
 def test_every_listed_config_exists(name):
     from mmpretrain.apis.model import ModelHub
     assert Path(ModelHub._models_dict[name].config).is_file()
+
+
+def test_a_name_listed_for_another_package_keeps_the_classifiers_out(monkeypatch):
+    from mmpretrain.apis.model import ModelHub
+    other = type(ModelHub._models_dict['soft_tiny_imagenet'])(
+        name='soft_tiny_imagenet', config='/elsewhere/soft_tiny.py')
+    monkeypatch.setattr(ModelHub, '_models_dict', {'soft_tiny_imagenet': other})
+    assert register_model_index() == ['soft_tiny_imagenet']
+    assert ModelHub._models_dict == {'soft_tiny_imagenet': other}
+
+
+def test_an_index_without_its_classification_index_lists_nothing(tmp_path, monkeypatch):
+    from mmpretrain.apis.model import ModelHub
+    monkeypatch.setattr(ModelHub, '_models_dict', {})
+    (tmp_path / 'configs').mkdir()
+    (tmp_path / 'configs' / 'metafile.yml').write_text(
+        (REPO / 'configs' / 'metafile.yml').read_text())
+    (tmp_path / 'model-index.yml').write_text('Import: [configs/metafile.yml]\n')
+    assert register_model_index(tmp_path / 'model-index.yml') == []
+    assert ModelHub._models_dict == {}
+
+
+def test_mmsoft_configs_can_be_inherited_with_mmsoft_bases(monkeypatch):
+    from mmengine.config.utils import MODULE2PACKAGE, _get_package_and_cfg_path
+
+    from mmsoft.registry import register_config_package
+    assert MODULE2PACKAGE['mmsoft'] == 'mmsoft'
+    assert _get_package_and_cfg_path('mmsoft::_base_/soft_channels.py') == (
+        'mmsoft', '_base_/soft_channels.py')
+    monkeypatch.setitem(MODULE2PACKAGE, 'mmsoft', 'mmsoft-fork')
+    register_config_package()  # an entry the table holds stays
+    assert MODULE2PACKAGE['mmsoft'] == 'mmsoft-fork'

@@ -1,6 +1,8 @@
-"""configs/metafile.yml matches the configs and the FLOP counter."""
+"""configs/metafile.yml matches the configs and the FLOP counter, and
+model-index-classification.yml holds its classification entries."""
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -13,6 +15,39 @@ def test_metafile_is_up_to_date():
     assert (REPO / 'configs' / 'metafile.yml').read_text() == expected, (
         'configs/metafile.yml is out of date: run '
         'python tools/analysis/make_metafile.py')
+
+
+def test_classification_index_holds_the_classifiers_of_the_metafile():
+    from importlib import import_module
+    make_metafile = import_module('tools.analysis.make_metafile')
+    metafile = yaml.safe_load((REPO / 'configs' / 'metafile.yml').read_text())
+    text = (REPO / 'model-index-classification.yml').read_text()
+    assert text == make_metafile.dump_classifiers(metafile), (
+        'model-index-classification.yml is out of date: run '
+        'python tools/analysis/make_metafile.py')
+    index = yaml.safe_load(text)
+    assert index['Collections'] == metafile['Collections']
+    names = [m['Name'] for m in index['Models']]
+    assert len(names) == 10 and all(n.endswith('_imagenet') for n in names)
+    assert [m for m in metafile['Models'] if m['Name'] in names] == index['Models']
+
+
+def test_check_names_the_stale_file(tmp_path, monkeypatch, capsys):
+    from importlib import import_module
+    make_metafile = import_module('tools.analysis.make_metafile')
+    data = yaml.safe_load((REPO / 'configs' / 'metafile.yml').read_text())
+    monkeypatch.setattr(make_metafile, 'make', lambda: data)
+    monkeypatch.setattr(make_metafile, 'REPO', tmp_path)
+    monkeypatch.setattr(make_metafile, 'METAFILE', tmp_path / 'configs' / 'metafile.yml')
+    monkeypatch.setattr(make_metafile, 'CLASSIFIERS',
+                        tmp_path / 'model-index-classification.yml')
+    (tmp_path / 'configs').mkdir()
+    make_metafile.main([])
+    make_metafile.main(['--check'])
+    assert 'are up to date' in capsys.readouterr().out
+    (tmp_path / 'model-index-classification.yml').write_text('Models: []\n')
+    with pytest.raises(SystemExit, match='out of date: model-index-classification.yml;'):
+        make_metafile.main(['--check'])
 
 
 def test_model_index_covers_every_benchmark_config():
