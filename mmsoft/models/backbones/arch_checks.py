@@ -85,6 +85,17 @@ def _autocast_on(device_type: str) -> bool:
                 else torch.is_autocast_enabled())
 
 
+def half_precision_autocast(device_type: str) -> bool:
+    """Whether float16 autocast is on for ``device_type`` (where a gradient
+    scaler, not an error, answers an overflowing step)."""
+    if not _autocast_on(device_type):
+        return False
+    try:
+        return torch.get_autocast_dtype(device_type) == torch.float16
+    except AttributeError:  # torch < 2.4
+        return device_type == 'cuda'
+
+
 def check_batch(model: torch.nn.Module, x: Tensor) -> None:
     """Checks of an input batch beyond its shape: dtype, and batch-1 training.
 

@@ -22,6 +22,7 @@ from .arch_checks import (
     check_arguments,
     check_batch,
     check_stage_outputs,
+    half_precision_autocast,
     empty_outputs,
 )
 from .soft_stages import ClassTokenStage, SOFTStage
@@ -136,8 +137,9 @@ class SOFT(BaseModule):
             output does although the input did not (an input too large for
             the arithmetic, such as 1e30, or NaN weights); one min/max
             reduction per stage. In eager mode only: skipped while exporting
-            or under ``torch.compile``, where it would split the graph.
-            Defaults to True.
+            or under ``torch.compile``, where it would split the graph; the
+            stage outputs are not checked under float16 autocast, where a
+            gradient scaler skips an overflowing step. Defaults to True.
         newton (str, optional): The Newton inverse of the SOFT attention:
             ``'ridge'`` (``A2 + 0.01 I``, a step per head) or ``'backoff'``
             (the released checkpoints' inverse, see
@@ -503,7 +505,9 @@ class SOFT(BaseModule):
         if x.shape[0] == 0:
             return empty_outputs(self, x)
         images, outs, finite = x, [], []
-        check = self.check_finite and not in_graph()
+        # Under float16 autocast a gradient scaler skips an overflowing step.
+        check = (self.check_finite and not in_graph()
+                 and not half_precision_autocast(x.device.type))
         for i, stage in enumerate(self.stages):
             x, cls_token = stage(x)
             if i in self.out_indices:

@@ -206,6 +206,19 @@ def test_a_finite_input_that_overflows_names_the_stage(out_type, out_indices):
     assert not torch.isfinite(outs[-1]).all()   # what the check reports
 
 
+def test_float16_autocast_leaves_an_overflowing_step_to_the_gradient_scaler():
+    model = small(out_type='featmap', out_indices=(0, 1, 2, 3)).eval()
+    with torch.no_grad():
+        model.stages[2].blocks[0].mlp.fc1.weight[0, 0] = float('inf')
+    x = torch.rand(1, 3, 64, 64)
+    with torch.autocast('cpu', dtype=torch.float16):
+        outs = model(x)  # no stage check: the scaler skips such a step
+    assert not torch.isfinite(outs[2]).all()
+    with torch.autocast('cpu', dtype=torch.bfloat16), pytest.raises(
+            ValueError, match='Stage 3 of SOFT gave NaN or Inf outputs'):
+        model(x)
+
+
 def test_a_stage_with_non_finite_weights_is_named():
     model = small().eval()
     with torch.no_grad():
