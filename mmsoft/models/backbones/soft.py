@@ -22,8 +22,8 @@ from .arch_checks import (
     check_arguments,
     check_batch,
     check_stage_outputs,
-    half_precision_autocast,
     empty_outputs,
+    half_precision_autocast,
 )
 from .soft_stages import ClassTokenStage, SOFTStage
 
