@@ -20,7 +20,6 @@ WATCH = textwrap.dedent("""
     from mmsoft.models import SOFTAttention
     from mmsoft.ops import use_newton_route
     from mmsoft.ops.dispatch import route_name_for
-    from mmsoft.ops.fast.lapack import _scipy_blas
 
     route, mode = sys.argv[1], sys.argv[2]
     torch_lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), 'lib',
@@ -65,7 +64,8 @@ WATCH = textwrap.dedent("""
     stop.set()
     watcher.join()
     new_threads = {t.name for t in threading.enumerate()} - before_threads
-    window = [f'{c.internal_api} {os.path.basename(c.filepath)}' for c in _scipy_blas()]
+    window = [f'{c.internal_api} {os.path.basename(c.filepath)}' for c in libraries
+              if hasattr(c.dynlib, 'scipy_ssytrd_')]
     print(json.dumps(dict(before=readings[0], after=counts(), during=readings,
                           threads=sorted(new_threads), window=window,
                           route=chosen)))

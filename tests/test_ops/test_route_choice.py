@@ -215,3 +215,14 @@ def test_a_measurement_times_every_candidate_on_a_worker():
     assert entry['route'] == min(entry['ms'], key=entry['ms'].get)
     assert route_choice.entry_problem('6', entry) == ''
     assert entry['busy'] is None or 0 <= entry['busy'] <= 1
+
+
+def test_the_command_compares_every_route_and_keeps_nothing(cache, capsys):
+    folder, _ = cache
+    load_tool(TOOL).main(['--compare', '--sizes', '64', '--rounds', '1'])
+    out = capsys.readouterr().out
+    header = [line for line in out.splitlines() if line.startswith('| m |')][0]
+    for name in route_choice.candidates(64):
+        assert f'{name} ms' in header
+    assert out.count('| 64 |') == 4  # two starts, forward and training
+    assert list(folder.iterdir()) == []

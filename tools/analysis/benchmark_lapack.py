@@ -129,7 +129,7 @@ def split_solve(m: int, heads: int, window: bool) -> Callable[[], torch.Tensor]:
 def main(argv=None) -> List[dict]:
     args = parse_args(argv)
     header = (f'CPU: {cpu_model()}, {os.cpu_count()} logical cores; SciPy BLAS '
-              f'threads {lapack._scipy_blas()[0].num_threads}; medians of '
+              f'threads {lapack._scipy_blas()[0][0]()}; medians of '
               f'{args.repeats}, round-robin')
     print(header, flush=True)
     rows = []

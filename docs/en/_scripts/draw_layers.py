@@ -42,12 +42,16 @@ BOXES = {
     'engine': (9.4, 3.05, 3.8, 1.6, 'mmsoft.engine', [
         'hooks, CPUAmpOptimWrapper,', 'compile constructor, atomic backend',
         '(registered; the runtime applies)'], '#dde9f5'),
-    'ops': (0.8, 1.0, 12.4, 1.4,
-            'mmsoft.ops: numerics, pure torch, no OpenMMLab import', [
-        'execution.py (settings, MMSOFT_* variables)   gaussian_kernel   inverse   '
-        'bottleneck (InverseCfg)',
-        'newton_routes (measured, cached)   newton_spectral   lapack (SciPy)   '
-        'thread_split (work split)   lowrank_attention'], '#b9d6f2'),
+    'ops': (0.8, 0.95, 6.9, 1.55,
+            'mmsoft.ops: the core (torch only)', [
+                'gaussian_kernel  newton (reference loop, starts)  exact',
+                'bottleneck (InverseCfg)  lowrank_attention  execution',
+                'dispatch: Newton routes, one route setting, slots'], '#b9d6f2'),
+    'fast': (8.2, 0.95, 5.0, 1.55,
+             'mmsoft.ops.fast: the speed layer', [
+                 'spectral routes (eigh, tridiagonal), deflated,',
+                 'lapack (SciPy), route_choice (measured, in memory),',
+                 'kernel_tiles, threads (work split)'], '#d6e6f5'),
 }
 # Arrows (start, end) read "imports".
 ARROWS = [((4.5, 8.45), (4.5, 8.07)),     # tools -> the opt-in modules
@@ -55,7 +59,8 @@ ARROWS = [((4.5, 8.45), (4.5, 8.07)),     # tools -> the opt-in modules
           ((13.4, 8.45), (13.4, 5.2)),    # configs -> import mmsoft
           ((4.75, 3.85), (4.2, 3.85)),      # models -> registry
           ((9.4, 3.85), (8.85, 3.85)),      # engine -> models
-          ((6.8, 3.05), (6.8, 2.45))]       # models -> ops
+          ((6.8, 3.05), (6.8, 2.55)),       # models -> ops
+          ((8.2, 1.72), (7.75, 1.72))]      # fast -> ops: registers at dispatch
 
 
 def region(ax, xy, width, height, colour, label, label_y):
@@ -86,8 +91,9 @@ def main() -> None:
     for start, end in ARROWS:
         ax.add_patch(FancyArrowPatch(start, end, arrowstyle='-|>', mutation_scale=16,
                                      color='#444444', linewidth=1.5))
-    ax.text(7.0, 0.25, 'Below: torch (SciPy optional). Beside: mmengine, mmcv, '
-            'mmpretrain (mmdet and mmseg only through configs). Arrows: imports.',
+    ax.text(7.0, 0.25, 'Below: torch, SciPy, threadpoolctl. Beside: mmengine, mmcv, '
+            'mmpretrain (mmdet and mmseg only through configs). Arrows: imports; '
+            'the speed layer registers itself at the core\'s dispatch point.',
             ha='center', va='center', fontsize=10, color='#444444')
     fig.tight_layout()
     fig.savefig(OUT, dpi=110)

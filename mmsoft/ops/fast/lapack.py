@@ -67,20 +67,39 @@ def _binding() -> Tuple[Optional[Dict[str, Callable]], str]:
     return routines, ''
 
 
+_COUNT_FUNCTIONS = (
+    ('scipy_openblas_get_num_threads', 'scipy_openblas_set_num_threads'),
+    ('openblas_get_num_threads', 'openblas_set_num_threads'))
+
+
 @functools.lru_cache(maxsize=None)
-def _scipy_blas() -> tuple:
-    """threadpoolctl's controllers of the BLAS that SciPy's LAPACK runs on:
-    the loaded BLAS that exports SciPy's prefixed ``scipy_ssytrd_`` (SciPy's
-    wheels), else those that export ``ssytrd_`` (a SciPy built on a shared
-    BLAS); empty where none is found (then nothing is changed)."""
+def _scipy_blas() -> Tuple[Tuple[Callable[[], int], Callable[[int], None]], ...]:
+    """``(get, set)`` of the thread count of the BLAS that SciPy's LAPACK runs
+    on: threadpoolctl finds the loaded BLAS that exports SciPy's prefixed
+    ``scipy_ssytrd_`` (SciPy's wheels), else those that export ``ssytrd_``
+    (a SciPy built on a shared BLAS); empty where none is found (then
+    nothing is changed). The count is set through OpenBLAS's own functions
+    on threadpoolctl's handle of the library: threadpoolctl's own setter of
+    a pthreads OpenBLAS obeys only the first Python thread that used it and
+    ignores every other, and the split's workers are other threads."""
     _binding()  # SciPy's LAPACK is loaded
     from threadpoolctl import ThreadpoolController
     blas = ThreadpoolController().select(user_api='blas').lib_controllers
     for symbol in ('scipy_ssytrd_', 'ssytrd_'):
-        found = tuple(c for c in blas if hasattr(c.dynlib, symbol))
+        found = [c.dynlib for c in blas if hasattr(c.dynlib, symbol)]
         if found:
-            return found
-    return ()
+            break
+    controls = []
+    for library in found:
+        for get_name, set_name in _COUNT_FUNCTIONS:
+            get = getattr(library, get_name, None)
+            set_ = getattr(library, set_name, None)
+            if get is not None and set_ is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                set_.restype, set_.argtypes = None, [ctypes.c_int]
+                controls.append((get, set_))
+                break
+    return tuple(controls)
 
 
 def unavailable_reason() -> str:
@@ -120,12 +139,12 @@ def single_threaded() -> Iterator[None]:
     global _WINDOW
     if _WINDOW.pid != os.getpid():
         _WINDOW = _Window()
-    window, controllers = _WINDOW, _scipy_blas()
+    window, controls = _WINDOW, _scipy_blas()
     with window.lock:
         if window.users == 0:
-            window.before = [c.get_num_threads() for c in controllers]
-            for controller in controllers:
-                controller.set_num_threads(1)
+            window.before = [get() for get, _ in controls]
+            for _, set_ in controls:
+                set_(1)
         window.users += 1
     try:
         yield
@@ -133,8 +152,8 @@ def single_threaded() -> Iterator[None]:
         with window.lock:
             window.users -= 1
             if window.users == 0:
-                for controller, count in zip(controllers, window.before):
-                    controller.set_num_threads(count)
+                for (_, set_), count in zip(controls, window.before):
+                    set_(count)
 
 
 def _routine(dtype: torch.dtype, name: str) -> Callable:
