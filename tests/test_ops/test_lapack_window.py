@@ -37,14 +37,14 @@ def test_the_window_works_from_any_thread():
     # A window opened from one thread first (the route's measurement runs on
     # a worker) must not stop another thread's window from taking effect.
     before = blas_count()
+
+    def work(seen):
+        with lapack.single_threaded():
+            seen.append(blas_count())
+
     for _ in range(2):
         seen = []
-
-        def work():
-            with lapack.single_threaded():
-                seen.append(blas_count())
-
-        worker = threading.Thread(target=work)
+        worker = threading.Thread(target=work, args=(seen,))
         worker.start()
         worker.join()
         with lapack.single_threaded():
