@@ -34,6 +34,7 @@ which a process opts into.
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+from mmengine.config.utils import MODULE2PACKAGE
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
@@ -122,7 +123,6 @@ def register_config_package() -> None:
     0.10.7 names the OpenMMLab toolboxes). An entry the table already holds
     is left as it is.
     """
-    from mmengine.config.utils import MODULE2PACKAGE
     MODULE2PACKAGE.setdefault('mmsoft', 'mmsoft')
 
 
@@ -185,9 +185,10 @@ def register_model_index(index: Optional[Path] = None) -> List[str]:
     root = Path(index).parent
     classifiers = root / CLASSIFIER_INDEX
     try:
+        # Imported here: mmpretrain may be missing, and then nothing is listed.
         from mmpretrain.apis.model import ModelHub
         from modelindex.load_model_index import load
-    except ImportError:  # mmpretrain is not installed: nothing to list in
+    except ImportError:
         return []
     if not classifiers.is_file():
         return []

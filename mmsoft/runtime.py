@@ -34,6 +34,10 @@ from mmengine.runner.checkpoint import CheckpointLoader, load_from_local
 
 import mmsoft  # noqa: F401  (the names come first)
 
+from .engine import CompilableOptimWrapperConstructor, CPUAmpOptimWrapper
+from .engine.atomic_local_backend import AtomicLocalBackend
+from .utils.safe_checkpoint import load_local_checkpoint, safe_globals
+
 ENV_VAR = 'MMSOFT_DISABLE_RUNTIME'
 _STATUS: Dict[str, str] = {}
 
@@ -59,7 +63,6 @@ def allow_mmengine_checkpoints_in_torch_load() -> str:
     """
     if not hasattr(torch.serialization, 'add_safe_globals'):
         return 'skipped: torch < 2.4 has no weights-only allow-list'
-    from .utils.safe_checkpoint import safe_globals
     torch.serialization.add_safe_globals(safe_globals())
     return 'applied'
 
@@ -84,7 +87,6 @@ def load_local_checkpoints_safely() -> str:
     Returns:
         str: ``'applied'``, or why it was skipped.
     """
-    from .utils.safe_checkpoint import load_local_checkpoint
     current = CheckpointLoader._schemes.get('')
     if current is load_local_checkpoint:
         return 'applied'
@@ -112,7 +114,6 @@ def write_local_files_atomically() -> str:
     Returns:
         str: ``'applied'``, or why it was skipped.
     """
-    from .engine.atomic_local_backend import AtomicLocalBackend
     taken = [backend for backend in (_backends.backends.get('local'),
                                      _backends.prefix_to_backends.get(''))
              if backend not in (None, LocalBackend, AtomicLocalBackend)]
@@ -146,7 +147,6 @@ def name_cpu_amp_in_root_registry() -> str:
     Returns:
         str: ``'applied'``, or why it was skipped.
     """
-    from .engine import CPUAmpOptimWrapper
     return _name_in_root(ROOT_OPTIM_WRAPPERS, 'CPUAmpOptimWrapper', CPUAmpOptimWrapper)
 
 
@@ -165,7 +165,6 @@ def name_compile_constructor_in_root_registry() -> str:
     Returns:
         str: ``'applied'``, or why it was skipped.
     """
-    from .engine import CompilableOptimWrapperConstructor
     return _name_in_root(ROOT_CONSTRUCTORS, 'CompilableOptimWrapperConstructor',
                          CompilableOptimWrapperConstructor)
 

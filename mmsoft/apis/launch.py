@@ -13,6 +13,9 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
+
+from mmsoft.engine import CompilableOptimWrapperConstructor, CPUAmpOptimWrapper
 
 
 def _replace_sync_bn(node: Any) -> int:
@@ -91,9 +94,6 @@ def prepare_config(cfg: Config, amp: bool = False) -> Config:
         Config: ``cfg``.
     """
     on_gpu = torch.cuda.is_available()
-    from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
-
-    from mmsoft.engine import CompilableOptimWrapperConstructor, CPUAmpOptimWrapper
     if cfg.get('compile') and 'constructor' not in cfg.get('optim_wrapper', {}):
         cfg.optim_wrapper.constructor = _root_or_scoped(
             OPTIM_WRAPPER_CONSTRUCTORS, 'CompilableOptimWrapperConstructor',

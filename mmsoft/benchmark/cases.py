@@ -12,6 +12,10 @@ from typing import Callable, List
 
 import torch
 
+from mmsoft.models import SOFT
+from mmsoft.models.attention import build_token_mixer
+from mmsoft.ops import use_newton_route
+
 SOFT_VARIANTS = {
     'soft': dict(type='SOFTAttention'),
     'soft-reference': dict(type='SOFTAttention', impl='reference', chunk_size=None),
@@ -44,9 +48,6 @@ def attention_cfg(name: str) -> dict:
 
 def build_case(spec: dict, device: str) -> Callable[[bool], None]:
     """A closure running one forward (and backward when asked) of ``spec``."""
-    import mmsoft  # noqa: F401
-    from mmsoft.models.attention import build_token_mixer
-    from mmsoft.ops import use_newton_route
     torch.manual_seed(0)
     kind = spec['kind']
     route = NEWTON_ROUTES.get(spec['variant'] if kind == 'attention' else spec['attn'])
@@ -56,7 +57,6 @@ def build_case(spec: dict, device: str) -> Callable[[bool], None]:
                                    sr_ratio=8, conv_size=9)
         inputs = (torch.randn(1, side * side, 64, device=device), (side, side))
     else:  # backbone
-        from mmsoft.models import SOFT
         module = SOFT(arch=spec['arch'], attn_cfg=attention_cfg(spec['attn']))
         size = spec['size']
         inputs = (torch.randn(spec['batch'], 3, size, size, device=device), )

@@ -15,6 +15,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from mmsoft.models import SOFT
+from mmsoft.ops import use_newton_route
+
 BACKBONES = {'soft-tiny': 'tiny', 'soft-norm-tiny': 'tiny-norm', 'pvt-tiny': None}
 INVERSES = ('ridge', 'backoff')
 
@@ -34,11 +37,11 @@ def build_backbone(name: str, newton: Optional[str] = None,
     """
     torch.manual_seed(seed)
     if name == 'pvt-tiny':
+        # mmdet is needed for PVT-Tiny only (classification needs no mmdet).
         from mmdet.models.backbones import PyramidVisionTransformer
         return PyramidVisionTransformer(num_layers=[2, 2, 2, 2]).eval()
     if name not in BACKBONES:
         raise ValueError(f'Unknown backbone {name!r}; use one of {list(BACKBONES)}.')
-    from mmsoft.models import SOFT
     return SOFT(arch=BACKBONES[name], out_type='featmap', out_indices=(0, 1, 2, 3),
                 newton=newton or 'ridge').eval()
 
@@ -64,7 +67,6 @@ def runner(module: nn.Module, route: str,
     """``run(backward)``: one forward (without autograd, eval mode) or, with
     ``backward``, one training step of ``module`` on a ``1 x 3 x H x W`` image
     under Newton route ``route``."""
-    from mmsoft.ops import use_newton_route
     images = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(1))
 
     def run(backward: bool) -> None:

@@ -83,9 +83,9 @@ PLOT_TITLES = {'attention': 'Attention at stage-1 width (C=64, 2 heads, r=8)',
 def plot(rows: List[Dict], path: Path) -> None:
     """Forward+backward time (and memory) against tokens, one row of panels
     per suite with more than one size."""
-    import matplotlib
+    import matplotlib  # a test requirement, needed only for the plot
     matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after choosing the backend
     keys = [k for k in ('fwd_bwd_s', 'fwd_bwd_mib') if any(k in r for r in rows)]
     keys = keys or ['fwd_bwd_s']
     kinds = [k for k in PLOT_TITLES

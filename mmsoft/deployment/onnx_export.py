@@ -25,7 +25,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 from mmengine.config import Config
+from mmengine.registry import MODELS, init_default_scope
+from mmengine.runner import load_checkpoint
 from torch import Tensor
+from torch.export import Dim
 
 from mmsoft.engine.atomic_local_backend import atomic_output
 from mmsoft.models.backbones.soft import SOFT
@@ -110,10 +113,6 @@ def load_model(config: str, checkpoint: Optional[str] = None,
     if scope not in [t[0] for t in TASKS]:
         raise ValueError(f'{config} has default_scope {scope!r}; the export serves '
                          f'{[t[0] for t in TASKS]} configs.')
-    from mmengine.registry import MODELS, init_default_scope
-    from mmengine.runner import load_checkpoint
-
-    import mmsoft  # noqa: F401  (registers SOFT)
     init_default_scope(scope)
     model_cfg = cfg.model.copy()
     model_cfg.get('backbone', {}).pop('init_cfg', None)  # weights come from checkpoint
@@ -282,7 +281,6 @@ def export_onnx(export_model: ExportModel, shape: Sequence[int], out: str,
     images = example_input(export_model, shape, batch=2 if dynamic else 1)
     dynamic_shapes = None
     if dynamic:
-        from torch.export import Dim
         low = min_dynamic_side(export_model)
         dynamic_shapes = ({
             0: Dim('batch', min=1, max=1024),

@@ -26,6 +26,7 @@ def _register_newton_node() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
+    # The deployment packages are optional: imported where they are used.
     from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
     @onnx_op(op_type=NEWTON_NODE.split('::')[1],
@@ -50,7 +51,7 @@ def _register_newton_node() -> None:
 
 def has_newton_node(path: str) -> bool:
     """Whether the ONNX file at ``path`` holds :data:`NEWTON_NODE`."""
-    import onnx
+    import onnx  # optional (requirements/deployment.txt)
     domain, name = NEWTON_NODE.split('::')
     graph = onnx.load(path, load_external_data=False).graph
     return any(n.domain == domain and n.op_type == name for n in graph.node)
@@ -72,13 +73,13 @@ def ort_session(path: str, threads: Optional[int] = None):
     Returns:
         onnxruntime.InferenceSession: The session.
     """
-    import onnxruntime
+    import onnxruntime  # optional (requirements/deployment.txt)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
     if has_newton_node(path):
         try:
-            from onnxruntime_extensions import get_library_path
+            from onnxruntime_extensions import get_library_path  # optional
         except ImportError as err:
             raise ImportError(
                 f'{path} holds {NEWTON_NODE} nodes, which need onnxruntime-extensions '

@@ -4,6 +4,9 @@ from typing import Dict
 
 from mmengine.utils.dl_utils import collect_env as collect_base_env
 
+from mmsoft.ops.dispatch import setting_report
+from mmsoft.ops.fast.route_choice import cpu_info, report
+
 _PACKAGES = {
     'MMCV': 'mmcv',
     'MMEngine': 'mmengine',
@@ -55,8 +58,6 @@ def route_report() -> Dict[str, str]:
     """What decides the Newton route here: the setting, the registered routes
     and the ``'auto'`` setting's choices by size class (kept or measured in
     this process)."""
-    from mmsoft.ops.dispatch import setting_report
-    from mmsoft.ops.fast.route_choice import report
     return {**setting_report(), **report()}
 
 
@@ -71,7 +72,6 @@ def cpu_model() -> str:
 
     Every timing table prints it: speed ratios differ between CPU families.
     """
-    from mmsoft.ops.fast.route_choice import cpu_info
     return cpu_info()['model name']
 
 

@@ -21,6 +21,7 @@ from math import prod
 from typing import Any, Callable, Dict, List, Tuple
 
 import torch
+from mmengine.registry import MODELS, init_default_scope
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -169,7 +170,6 @@ def measure_config(config: Any, height: int, width: int) -> List[Tuple]:
         iterations)`` for ``'backbone'`` and ``'whole model'`` (its tensor
         forward: heads without post-processing).
     """
-    from mmengine.registry import MODELS, init_default_scope
     init_default_scope(config.get('default_scope', 'mmsoft'))
     model_cfg = config.model.copy()
     model_cfg.get('backbone', {}).pop('init_cfg', None)  # no pretrained file needed

@@ -37,6 +37,7 @@ import threading
 from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import torch
+from threadpoolctl import ThreadpoolController
 from torch import Tensor
 
 _PTR = ctypes.c_void_p
@@ -47,7 +48,7 @@ _PREFIX = {torch.float32: 's', torch.float64: 'd'}
 @functools.lru_cache(maxsize=None)
 def _binding() -> Tuple[Optional[Dict[str, Callable]], str]:
     """``(routines, reason)``; routines None when unavailable."""
-    try:
+    try:  # SciPy may be missing: then the tridiagonal route says why
         import scipy.linalg.cython_lapack as cython_lapack
     except ImportError as err:
         return None, f'SciPy is not installed ({err})'
@@ -83,7 +84,6 @@ def _scipy_blas() -> Tuple[Tuple[Callable[[], int], Callable[[int], None]], ...]
     a pthreads OpenBLAS obeys only the first Python thread that used it and
     ignores every other, and the split's workers are other threads."""
     _binding()  # SciPy's LAPACK is loaded
-    from threadpoolctl import ThreadpoolController
     blas = ThreadpoolController().select(user_api='blas').lib_controllers
     for symbol in ('scipy_ssytrd_', 'ssytrd_'):
         found = [c.dynlib for c in blas if hasattr(c.dynlib, symbol)]

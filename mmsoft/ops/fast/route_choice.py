@@ -79,7 +79,7 @@ def machine_key() -> str:
     info = cpu_info()
     flags = info.get('flags', '').split()
     simd = ' '.join(f for f in flags if f.startswith(('avx', 'fma', 'amx')))
-    try:
+    try:  # SciPy is optional here: without it the tridiagonal route says why
         import scipy
         scipy_version = scipy.__version__
     except ImportError:

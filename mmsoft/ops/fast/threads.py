@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
+from threadpoolctl import ThreadpoolController
 from torch import Tensor
 
 from ..execution import eager_cpu, work_split
@@ -47,7 +48,6 @@ WORKER_NAME = 'mmsoft-split'
 def _openmp_controllers() -> tuple:
     """threadpoolctl's controllers of the OpenMP runtimes loaded with torch
     (each count they set is the calling thread's own)."""
-    from threadpoolctl import ThreadpoolController
     return tuple(ThreadpoolController().select(user_api='openmp').lib_controllers)
 
 
