@@ -19,11 +19,14 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
+from mmsoft.ops.fast.threads import WORKER_NAME
+
 from .cases import (
     attention_specs,
     backbone_specs,
     build_case,
 )
+from .detection import build_backbone, runner
 from .report import format_row
 
 
@@ -118,7 +121,6 @@ def split_worker_cpu_seconds() -> float:
     """CPU seconds used so far by the threads of mmsoft's work split
     (:mod:`mmsoft.ops.fast.threads`), from ``/proc`` (Linux; 0 elsewhere),
     at clock-tick resolution."""
-    from mmsoft.ops.fast.threads import WORKER_NAME
     ticks = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
     total = 0
     for thread in threading.enumerate():
@@ -142,7 +144,15 @@ def peak_memory(spec: dict, backward: bool, device: str) -> float:
         base = torch.cuda.memory_allocated()
         run(backward)
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    payload = json.dumps(dict(spec=spec, backward=backward,
+    return peak_memory_of(dict(spec=spec), backward)
+
+
+def peak_memory_of(case: dict, backward: bool) -> float:
+    """The rise of the peak resident memory (MiB) over one CPU call of
+    ``case`` in a fresh process: ``dict(spec=...)`` (a case of
+    :mod:`.cases`) or ``dict(detection=[backbone, inverse, route, [H, W]])``
+    (one of :mod:`.detection`); NaN when that process fails."""
+    payload = json.dumps(dict(case=case, backward=backward,
                               threads=torch.get_num_threads()))
     # A fixed mmap threshold stops glibc from raising it after large frees,
     # so freed buffers go back to the system and the peak RSS follows the
@@ -172,7 +182,12 @@ def measure_one(payload: str) -> None:
     """
     args = json.loads(payload)
     torch.set_num_threads(args['threads'])
-    run = build_case(args['spec'], 'cpu')
+    case = args['case']
+    if 'detection' in case:
+        backbone, inverse, route, shape = case['detection']
+        run = runner(build_backbone(backbone, inverse), route, shape)
+    else:
+        run = build_case(case['spec'], 'cpu')
     before = _status_kib('VmRSS')
     with open('/proc/self/clear_refs', 'w') as f:
         f.write('5')  # reset VmHWM to the current RSS

@@ -35,6 +35,7 @@ from .bottleneck import (
 from .dispatch import lowrank_products, use_newton_route
 from .execution import exporting
 from .gaussian_kernel import gaussian_kernel
+from .regions import region
 
 
 def _at_least_float32(*tensors: Tensor) -> tuple:
@@ -86,7 +87,8 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
     out_dtype = v.dtype
     fast = lowrank_products()
     context = fast.caller_context(q) if fast else contextlib.nullcontext()
-    with torch.autocast(device_type=q.device.type, enabled=False), context:
+    with torch.autocast(device_type=q.device.type, enabled=False), context, \
+            region('kernel'):
         q, k, v = _at_least_float32(q, k, v)
         a2 = fast.landmark_kernel(k) if fast else None
         if a2 is None:

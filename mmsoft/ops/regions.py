@@ -1,7 +1,15 @@
-"""Named regions of the numerics, so that counters can attribute their cost."""
+"""Named regions of the numerics, so that counters can attribute their cost.
+
+The FLOP counter (:mod:`mmsoft.utils.flops`) reads the innermost region of
+the work it sees; while torch's profiler runs, a region is also a profiler
+range ``mmsoft::<name>``, so a profile attributes the time spent inside it
+(also waiting for the split's workers) to it.
+"""
 import contextlib
 from contextvars import ContextVar
 from typing import Iterator, Optional
+
+import torch
 
 from .execution import compiling
 
@@ -20,8 +28,11 @@ def region(name: str) -> Iterator[None]:
         yield
         return
     token = _REGION.set(name)
+    profiled = (torch.profiler.record_function(f'mmsoft::{name}')
+                if torch.autograd._profiler_enabled() else contextlib.nullcontext())
     try:
-        yield
+        with profiled:
+            yield
     finally:
         _REGION.reset(token)
 

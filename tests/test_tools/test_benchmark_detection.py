@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from helpers.tools import load_tool
 
+from mmsoft.benchmark.breakdown import KINDS
 from mmsoft.benchmark.timing import paired_ratios
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +31,27 @@ def test_a_small_run_times_every_case_against_pvt(tmp_path, capsys):
     out = capsys.readouterr().out
     assert 'fp32 matmul peak' in out and 'Newton route: auto (default)' in out
     assert '| 64 x 96 | forward | SOFT-Norm-Tiny backoff | ' in out
+    # The time by kind of work adds up to the profiled call, and every SOFT
+    # case spends some of it in the inverse and the attention products.
+    assert 'Time by kind of work' in out
+    for r in rows:
+        kinds = [r[f's_{kind}'] for kind in KINDS]
+        assert min(kinds) >= 0 and sum(kinds) == pytest.approx(r['profiled_s'])
+        assert r['gmacs'] > 0 and 0 < r['peak_share'] < 1
+        if r['backbone'] != 'PVT-Tiny':
+            assert r['s_inverse'] > 0 and r['s_attention products'] > 0
+            assert r['s_convolutions'] > 0 and r['s_linear layers'] > 0
+
+
+def test_the_training_step_peak_memory_comes_from_a_fresh_process(tmp_path, capsys):
+    rows = tool.main(['--shape', '64', '64', '--train-shape', '64', '64',
+                      '--backbones', 'soft-tiny', 'pvt-tiny', '--inverses', 'ridge',
+                      '--repeats', '1', '--no-breakdown', '--memory',
+                      '--out-dir', str(tmp_path)])
+    train = [r for r in rows if r['mode'] == 'training step']
+    assert len(train) == 2 and all(r['peak_mib'] > 0 for r in train)
+    assert all('peak_mib' not in r for r in rows if r['mode'] == 'forward')
+    assert '| 64 x 64 | training step | PVT-Tiny |' in capsys.readouterr().out
 
 
 def test_ratios_are_taken_within_each_round():
