@@ -14,11 +14,13 @@ def write_csv(path: Path, rows: Iterable[Dict],
         path (Path): The file, created or replaced.
         rows (Iterable[dict]): One dict per line.
         columns (list[str], optional): The columns, in order. Defaults to
-            None: the keys of the first row.
+            None: every key of the rows, in the order they first appear (a
+            row without one leaves its cell empty).
     """
     rows = list(rows)
+    columns = columns or list(dict.fromkeys(key for row in rows for key in row))
     with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=columns or list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 
