@@ -24,7 +24,7 @@ kernel products and landmark kernel, and a softmax attention's products."""
 
 _MARKERS = (
     ('inverse', ('_NewtonApply', 'mmsoft::newton')),
-    ('attention products', ('_Project', '_Expand', 'mmsoft::kernel')),
+    ('attention products', ('_LowRank', '_Project', '_Expand', 'mmsoft::kernel')),
 )
 _NAMES = (
     ('convolutions', ('conv',)),

@@ -86,10 +86,11 @@ class LowrankProducts(Protocol):
     def landmark_kernel(self, k: Tensor) -> Optional[Tensor]:
         """``k(K~, K~)`` of landmarks ``(B, m, d)``, or None to decline."""
 
-    def lowrank(self, q: Tensor, k: Tensor, v: Tensor,
-                middle: Callable[[Tensor], Tensor],
+    def lowrank(self, q: Tensor, k: Tensor, v: Tensor, a2: Tensor,
+                middle: Callable[[Tensor, Tensor], Tensor],
                 needs_grad: bool) -> Optional[Tensor]:
-        """``A1 @ middle(A1^T @ v)`` with ``A1 = k(q, k)``, or None to decline."""
+        """``A1 @ middle(a2, A1^T @ v)`` with ``A1 = k(q, k)``, or None to
+        decline."""
 
     def caller_context(self, q: Tensor) -> ContextManager:
         """The context the attention runs in (e.g. the caller's threads)."""

@@ -94,14 +94,14 @@ def soft_lowrank_attention(q: Tensor, k: Tensor, v: Tensor,
         if a2 is None:
             a2 = gaussian_kernel(k, k)
 
-        def middle(u: Tensor) -> Tensor:
+        def middle(a2: Tensor, u: Tensor) -> Tensor:
             return bottleneck_apply(a2, u, inverse, group)
 
         needs_grad = torch.is_grad_enabled() and any(
             t.requires_grad for t in (q, k, v))
-        out = fast.lowrank(q, k, v, middle, needs_grad) if fast else None
+        out = fast.lowrank(q, k, v, a2, middle, needs_grad) if fast else None
         if out is None:
-            out = _plain_lowrank(q, k, v, middle, chunk_size)
+            out = _plain_lowrank(q, k, v, lambda u: middle(a2, u), chunk_size)
     return out.to(out_dtype)
 
 

@@ -10,12 +10,12 @@ span per intra-op thread and each span's tiles run on a single-threaded
 worker (:mod:`.threads`), so the threads join once per call instead of
 after every operation on every tile.
 
-With autograd, :func:`project` and :func:`expand` are the same products with
-a backward that recomputes each tile instead of storing the kernel: the
-gradients of the queries, landmarks and values come from the tile's kernel
-``K``, the mask of its unclamped entries and the incoming gradient, in cache,
-never as an ``N x m`` tensor. Under ``torch.compile`` the forward products
-run as the operators ``mmsoft::kernel_project`` and ``mmsoft::kernel_expand``.
+With autograd, :func:`lowrank` runs both products and the middle factor
+between them with one backward that recomputes each tile instead of storing
+the kernel: the gradients of the queries, landmarks and values come from
+the tile's kernel ``K`` and the incoming gradients, in cache, never as an
+``N x m`` tensor. Under ``torch.compile`` the forward products run as the
+operators ``mmsoft::kernel_project`` and ``mmsoft::kernel_expand``.
 
 The landmarks' own ``m x m`` kernel ``A2`` (:func:`landmark_kernel`) is
 split the same way, a part of the heads per worker.
@@ -44,6 +44,19 @@ Measured on 2 cores, SOFT's three stage shapes at 800 x 1344: with 2 MiB L2
 (AVX-512 Xeon) 8 MiB tiles were fastest, with 512 KiB L2 (AMD EPYC, Zen 3)
 1-2 MiB tiles, 1.25x faster than 8 MiB ones."""
 DEFAULT_L2 = 2 << 20
+ONE_PIECE_ELEMENTS = 1 << 23
+"""Without autograd and without a tile size set, a kernel of at most this
+many entries (32 MiB in float32) is computed once, in one piece, instead of
+twice in tiles: at 512 x 512 (m = 256) SOFT-Tiny's three stage shapes took
+18.5 / 18.9 / 6.0 ms that way against 23.4 / 23.4 / 17.0 ms tiled, on 2 cores
+of an AVX-512 Xeon; at 64 MiB the two were even or tiles won."""
+ONE_PIECE_GRAD_ELEMENTS = 1 << 22
+"""With autograd and without a tile size set, the products with a kernel of
+at most this many entries (16 MiB in float32) are declined to autograd
+through the kernel held whole (the plain products): at 224 x 224, batch 8
+(m = 49), SOFT-Tiny's three stage shapes took 22.9 / 9.5 / 6.9 ms that way
+against 49.4 / 13.0 / 10.5 ms for :func:`lowrank`; at 20 MiB (m = 256) the
+two were even, at 32 MiB :func:`lowrank` took 80 against 130 ms."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,6 +83,15 @@ def tile_elements() -> int:
     :func:`~mmsoft.ops.execution.tile_elements` (``MMSOFT_TILE_ELEMENTS``),
     else :data:`L2_TILES` times the L2 cache (in float32 entries)."""
     return execution.tile_elements() or L2_TILES * l2_cache_bytes() // 4
+
+
+def _in_one_piece(q: Tensor, k: Tensor) -> bool:
+    """Whether a forward without autograd computes the kernel once: it fits
+    in one tile, or, without a tile size set, in :data:`ONE_PIECE_ELEMENTS`."""
+    if _tile_rows(q, k) >= q.shape[-2]:
+        return True
+    limit = ONE_PIECE_ELEMENTS if execution.tile_elements() is None else 0
+    return q.shape[0] * q.shape[-2] * k.shape[-2] <= limit
 
 
 def _tile_rows(q: Tensor, k: Tensor) -> int:
@@ -103,6 +125,15 @@ def _kernel_tiles(q_aug: Tensor, k_aug_t: Tensor, span: Tuple[int, int],
         yield start, stop, kernel.clamp_max_(0).exp2_()
 
 
+def _add_transposed_product_(acc: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``acc += a^T b`` for batches ``a`` (B, n, p) and ``b`` (B, n, r), a
+    matrix at a time: each ``a^T`` goes to BLAS as a transposed operand, where
+    ``baddbmm_`` copies the transposed batch first."""
+    for i in range(acc.shape[0]):
+        acc[i].addmm_(a[i].t(), b[i])
+    return acc
+
+
 def _spans(q: Tensor, rows: int) -> List[Tuple[int, int]]:
     """One span of query rows per worker (at most one per tile)."""
     n = q.shape[-2]
@@ -131,7 +162,7 @@ def kernel_project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     def project(span: Tuple[int, int]) -> Tensor:
         u = q.new_zeros(q.shape[0], k.shape[-2], v.shape[-1])
         for start, stop, kernel in _kernel_tiles(q_aug, k_aug_t, span, rows):
-            u.baddbmm_(kernel.transpose(-2, -1), v[:, start:stop])
+            _add_transposed_product_(u, kernel, v[:, start:stop])
         return u
 
     parts = map_single_threaded(project, _spans(q, rows))
@@ -225,10 +256,13 @@ def _kernel_grads(q: Tensor, k: Tensor, rows: int, kernel_grad,
     ``other_by_rows`` that gradient has a row per query (``v``'s), the tile
     writes its rows and all spans share one ``acc``; else it sums over the
     queries (``w``'s) and each span accumulates its own, summed at the end;
-    ``dL/dX = dL/dK * K`` where the exponent ``X = -||q - k||^2 / 2`` was
-    not clamped (``X <= 0``, as autograd's ``clamp_max`` passes it), then
+    ``dL/dX = dL/dK * K`` for the exponent ``X = -||q - k||^2 / 2``, then
     through the augmented points (``x.y - |x|^2/2 - |y|^2/2``) to ``q`` and
-    ``k``.
+    ``k``. Autograd through the plain formula also zeroes the entries whose
+    ``X`` rounding made positive (clamped to 0); their points coincide to
+    rounding, so what they pass on, ``dL/dX (k - q)``, is of that size, and
+    leaving them in spares a mask and its conversion per tile (2.6 of 7.9 ms
+    a tile at 800 x 1344).
 
     Returns:
         tuple[Tensor, Tensor, Tensor]: ``dL/dq``, ``dL/dk`` and the other
@@ -250,12 +284,11 @@ def _kernel_grads(q: Tensor, k: Tensor, rows: int, kernel_grad,
             stop = min(start + rows, hi)
             kernel = exponent[:batch * (stop - start) * m].view(batch, stop - start, m)
             torch.bmm(q_aug[:, start:stop], k_aug_t, out=kernel)
-            unclamped = kernel <= 0
             kernel.clamp_max_(0).exp2_()
             other_from_kernel(kernel, start, stop, acc)
-            dx = kernel_grad(start, stop).mul_(kernel).mul_(unclamped)
+            dx = kernel_grad(start, stop).mul_(kernel)
             torch.bmm(dx, k_aug, out=grad_q_aug[:, start:stop])
-            grad_k_aug.baddbmm_(dx.transpose(-2, -1), q_aug[:, start:stop])
+            _add_transposed_product_(grad_k_aug, dx, q_aug[:, start:stop])
         return grad_k_aug, acc
 
     parts = map_single_threaded(span_grads, _spans(q, rows))
@@ -267,64 +300,61 @@ def _kernel_grads(q: Tensor, k: Tensor, rows: int, kernel_grad,
     return grad_q, grad_k, grad_other
 
 
-class _Project(Function):
-    """``u = A1^T v`` with the tiled backward of :func:`_kernel_grads`."""
+class _LowRank(Function):
+    """``out = A1 middle(a2, A1^T v)`` with one tiled backward for both kernel
+    products.
+
+    Backward: ``g_w = A1^T g`` (a pass like the forward's), then through
+    ``middle``'s own autograd graph (the inverse and SOFT-Norm's scaling) to
+    ``g_u`` and ``g_a2``, then one pass for everything the kernel passes on:
+    ``dL/dA1 = g w^T + v g_u^T`` as one product of the rows ``[g, v]`` with
+    ``[w, g_u]^T``, and ``dL/dv = A1 g_u``. Where a backward of each product
+    would recompute the kernel and take its derivative, this takes the
+    derivative once (at 800 x 1344's first stage, 0.79
+    against 0.88 s for the attention's forward and backward).
+    """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, a2: Tensor,
+                middle: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+        u = kernel_project(q, k, v)
+        with torch.enable_grad():
+            u.requires_grad_()
+            a2_in = a2.detach().requires_grad_(a2.requires_grad)
+            w = middle(a2_in, u)
         ctx.save_for_backward(q, k, v)
-        return kernel_project(q, k, v)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_u: Tensor):
-        q, k, v = ctx.saved_tensors
-        grad_u = grad_u.contiguous()
-        grad_u_t = grad_u.transpose(-2, -1)
-
-        def kernel_grad(start: int, stop: int) -> Tensor:      # dK = v gu^T
-            return torch.bmm(v[:, start:stop], grad_u_t)
-
-        def grad_v(kernel: Tensor, start: int, stop: int, acc: Tensor) -> None:
-            torch.bmm(kernel, grad_u, out=acc[:, start:stop])  # dv = K gu
-
-        return _kernel_grads(q, k, _tile_rows(q, k), kernel_grad, v, grad_v,
-                             other_by_rows=True)
-
-
-class _Expand(Function):
-    """``out = A1 w`` with the tiled backward of :func:`_kernel_grads`."""
-
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, w: Tensor) -> Tensor:
-        ctx.save_for_backward(q, k, w)
-        return kernel_expand(q, k, w)
+        ctx.middle = (u, a2_in, w)
+        return kernel_expand(q, k, w.detach())
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        q, k, w = ctx.saved_tensors
+        q, k, v = ctx.saved_tensors
+        u, a2_in, w = ctx.middle
         grad_out = grad_out.contiguous()
-        w_t = w.transpose(-2, -1)
+        grad_w = kernel_project(q, k, grad_out)
+        inputs = (u, a2_in) if a2_in.requires_grad else (u, )
+        # Kept for another backward of the same graph (retain_graph, gradcheck).
+        grads = torch.autograd.grad(w, inputs, grad_w, retain_graph=True)
+        grad_u = grads[0].contiguous()
+        left = torch.cat([grad_out, v], dim=-1)
+        right_t = torch.cat([w.detach(), grad_u], dim=-1).transpose(-2, -1)
 
-        def kernel_grad(start: int, stop: int) -> Tensor:      # dK = g w^T
-            return torch.bmm(grad_out[:, start:stop], w_t)
+        def kernel_grad(start: int, stop: int) -> Tensor:  # dK = [g, v][w, gu]^T
+            return torch.bmm(left[:, start:stop], right_t)
 
-        def grad_w(kernel: Tensor, start: int, stop: int, acc: Tensor) -> None:
-            acc.baddbmm_(kernel.transpose(-2, -1), grad_out[:, start:stop])
+        def grad_v(kernel: Tensor, start: int, stop: int, acc: Tensor) -> None:
+            torch.bmm(kernel, grad_u, out=acc[:, start:stop])  # dv = K gu
 
-        return _kernel_grads(q, k, _tile_rows(q, k), kernel_grad, w, grad_w,
-                             other_by_rows=False)
-
-
-def project(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """:func:`kernel_project` with autograd (its backward tiled too)."""
-    return _Project.apply(q, k, v)
+        grad_q, grad_k, grad_v_ = _kernel_grads(q, k, _tile_rows(q, k), kernel_grad, v,
+                                                grad_v, other_by_rows=True)
+        return grad_q, grad_k, grad_v_, grads[1] if len(grads) > 1 else None, None
 
 
-def expand(q: Tensor, k: Tensor, w: Tensor) -> Tensor:
-    """:func:`kernel_expand` with autograd (its backward tiled too)."""
-    return _Expand.apply(q, k, w)
+def lowrank(q: Tensor, k: Tensor, v: Tensor, a2: Tensor,
+            middle: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+    """``A1 @ middle(a2, A1^T @ v)`` with autograd: :class:`_LowRank`."""
+    return _LowRank.apply(q, k, v, a2, middle)
 
 
 class TiledProducts:
@@ -335,29 +365,35 @@ class TiledProducts:
     ``mmsoft::kernel_project`` and ``mmsoft::kernel_expand``) a kernel
     larger than one tile is computed twice, tile by tile, which costs
     ``N m (d + 2)`` more multiply-adds but keeps each tile in cache; in eager
-    mode a kernel that fits in one tile is computed once. With autograd in
-    eager mode, :func:`project` and :func:`expand`, whose backward recomputes
-    the tiles. Inside exports, and with autograd under ``torch.compile``,
-    it declines (the plain products run).
+    mode a kernel that fits in one tile, or in :data:`ONE_PIECE_ELEMENTS`, is
+    computed once. With autograd in eager mode, :func:`lowrank`, whose one
+    backward recomputes the tiles (against autograd through the kernel held
+    whole it took 80 against 130 ms at 512 x 512's first stage, 698 against
+    1891 ms at 800 x 1344's), except for a kernel of at most
+    :data:`ONE_PIECE_GRAD_ELEMENTS`. Inside exports, and with autograd under
+    ``torch.compile``, it declines (the plain products run).
     """
 
     def landmark_kernel(self, k: Tensor) -> Optional[Tensor]:
         return landmark_kernel(k)
 
-    def lowrank(self, q: Tensor, k: Tensor, v: Tensor,
-                middle: Callable[[Tensor], Tensor],
+    def lowrank(self, q: Tensor, k: Tensor, v: Tensor, a2: Tensor,
+                middle: Callable[[Tensor, Tensor], Tensor],
                 needs_grad: bool) -> Optional[Tensor]:
         if exporting() or (needs_grad and compiling()):
             return None
         if needs_grad:
-            return expand(q, k, middle(project(q, k, v)))
-        if not compiling() and _tile_rows(q, k) >= q.shape[-2]:
+            small = ONE_PIECE_GRAD_ELEMENTS if execution.tile_elements() is None else 0
+            if q.shape[0] * q.shape[-2] * k.shape[-2] <= small:
+                return None
+            return lowrank(q, k, v, a2, middle)
+        if not compiling() and _in_one_piece(q, k):
             kernel = gaussian_kernel(q, k)
-            return torch.bmm(kernel, middle(torch.bmm(kernel.transpose(-2, -1), v)))
+            return torch.bmm(kernel, middle(a2, torch.bmm(kernel.transpose(-2, -1), v)))
         if compiling():
             return torch.ops.mmsoft.kernel_expand(
-                q, k, middle(torch.ops.mmsoft.kernel_project(q, k, v)))
-        return kernel_expand(q, k, middle(kernel_project(q, k, v)))
+                q, k, middle(a2, torch.ops.mmsoft.kernel_project(q, k, v)))
+        return kernel_expand(q, k, middle(a2, kernel_project(q, k, v)))
 
     def caller_context(self, q: Tensor) -> ContextManager:
         # Eager CPU only: the context changes thread settings (no graph op).
