@@ -14,11 +14,13 @@ from mmsoft.ops import (
     InverseSlot,
     exact_gaussian_attention,
     exporting,
+    in_graph,
     soft_lowrank_attention,
     soft_reference_attention,
 )
 from mmsoft.registry import register_model
 
+from ..utils.token_maps import tokens_as_map
 from .token_mixer import TokenMixer
 
 LANDMARKS = ('conv', 'avgpool')
@@ -242,7 +244,7 @@ class SOFTAttention(TokenMixer):
             grid = capped_grid(*grid, self.max_landmarks)
         return grid
 
-    def landmarks(self, q_map: Tensor) -> Tensor:
+    def landmarks(self, q_map: Tensor, groups: int = 1) -> Tensor:
         """Landmark tokens from query maps.
 
         The landmark grid is ``floor(H / r) x floor(W / r)``. A map smaller
@@ -253,7 +255,11 @@ class SOFTAttention(TokenMixer):
         autocast.
 
         Args:
-            q_map (Tensor): Scaled queries as maps, (B * h, d, H, W).
+            q_map (Tensor): Scaled queries as maps, (B * h, d, H, W); or, with
+                ``groups``, (B, groups * d, H, W) maps whose channels are the
+                heads' one after the other (the convolution then runs once
+                per head, as a grouped convolution).
+            groups (int): Heads per map. Defaults to 1.
 
         Returns:
             Tensor: Landmarks (B * h, m, d).
@@ -265,8 +271,9 @@ class SOFTAttention(TokenMixer):
             if self.landmark == 'conv':
                 if too_small:
                     q_map = F.adaptive_avg_pool2d(q_map, (r, r))
-                weight = self.landmark_conv.weight.to(q_map.dtype)
-                grid = F.conv2d(q_map, weight, stride=r)
+                weight = self.landmark_conv.weight.to(q_map.dtype).repeat(
+                    groups, 1, 1, 1)
+                grid = F.conv2d(q_map, weight, stride=r, groups=groups)
             elif too_small:
                 grid = F.adaptive_avg_pool2d(q_map, 1)
             else:
@@ -275,6 +282,11 @@ class SOFTAttention(TokenMixer):
                 grid = F.adaptive_avg_pool2d(
                     grid, capped_grid(*grid.shape[-2:], self.max_landmarks))
             tokens = grid.flatten(2).transpose(1, 2)
+            if groups > 1:  # (B, m, groups * d) to (B * groups, m, d)
+                batch, num = tokens.shape[:2]
+                tokens = tokens.reshape(batch, num, groups, self.head_dims)
+                tokens = tokens.transpose(1, 2).reshape(batch * groups, num,
+                                                        self.head_dims)
             if self.landmark == 'conv':
                 norm = self.landmark_norm
                 tokens = F.gelu(F.layer_norm(
@@ -288,7 +300,7 @@ class SOFTAttention(TokenMixer):
         backbone shares between its layers)."""
         return self.inverse_slot.cfg
 
-    def queries(self, x: Tensor) -> Tensor:
+    def queries(self, x: Tensor, scale: float = 1.0) -> Tensor:
         """Query projection in at least float32, even under autocast.
 
         The Gaussian kernel is sensitive to small changes of the queries, so
@@ -298,15 +310,20 @@ class SOFTAttention(TokenMixer):
 
         Args:
             x (Tensor): Tokens (B, N, C).
+            scale (float): Multiplies the queries, applied to the projection's
+                weight and bias (no pass over the queries). Defaults to 1.
 
         Returns:
-            Tensor: Unscaled queries (B, N, C), float32 or float64.
+            Tensor: Queries (B, N, C), float32 or float64.
         """
         dtype = torch.promote_types(x.dtype, torch.float32)
-        bias = self.q.bias
+        weight, bias = self.q.weight.to(dtype), self.q.bias
+        bias = None if bias is None else bias.to(dtype)
+        if scale != 1.0:
+            weight = weight * scale
+            bias = None if bias is None else bias * scale
         with torch.autocast(device_type=x.device.type, enabled=False):
-            return F.linear(x.to(dtype), self.q.weight.to(dtype),
-                            None if bias is None else bias.to(dtype))
+            return F.linear(x.to(dtype), weight, bias)
 
     def query_heads(self, x: Tensor) -> Tensor:
         """Scaled queries with batch and heads folded, (B * h, N, d).
@@ -315,17 +332,31 @@ class SOFTAttention(TokenMixer):
             x (Tensor): Tokens (B, N, C).
 
         Returns:
-            Tensor: ``q * d ** -0.25`` per head, float32 or float64.
+            Tensor: ``q * d ** -0.25`` per head, float32 or float64; for one
+            image a view of the projection's output (no copy).
         """
         batch, num_tokens, _ = x.shape
         h, d = self.num_heads, self.head_dims
-        q = self.queries(x).view(batch, num_tokens, h, d).transpose(1, 2)
-        return (q * d**-0.25).reshape(batch * h, num_tokens, d)
+        q = self.queries(x, d**-0.25).reshape(batch, num_tokens, h, d).transpose(1, 2)
+        return q.reshape(batch * h, num_tokens, d)
 
     def query_landmarks(self, q: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """Landmarks (B * h, m, d) of folded queries ``q`` (B * h, N, d)."""
-        return self.landmarks(q.transpose(1, 2).reshape(q.shape[0], self.head_dims,
-                                                        *hw_shape))
+        """Landmarks (B * h, m, d) of folded queries ``q`` (B * h, N, d).
+
+        The fast path in eager mode takes the heads' maps as one
+        channels-last map of all channels (for one image a view of the
+        projection's output) through :meth:`landmarks` with ``groups`` the
+        heads; the reference path, and graphs (whose backward replays the
+        views on gradients laid out otherwise), as a batch of per-head maps,
+        which copies them.
+        """
+        h, d = self.num_heads, self.head_dims
+        if self.impl == 'reference' or in_graph():
+            return self.landmarks(q.transpose(1, 2).reshape(q.shape[0], d, *hw_shape))
+        batch, num_tokens = q.shape[0] // h, q.shape[1]
+        tokens = q.reshape(batch, h, num_tokens, d).transpose(1, 2).reshape(
+            batch, num_tokens, h * d)
+        return self.landmarks(tokens_as_map(tokens, hw_shape), groups=h)
 
     def resolve_chunk_size(self, batch: int, num_tokens: int,
                            num_landmarks: int) -> Optional[int]:
@@ -393,8 +424,7 @@ class SOFTAttention(TokenMixer):
                 batch * d, h, *hw_shape)
             out = self.v_conv(v_map).view(batch, d, h, num_tokens)
             return out.permute(0, 3, 2, 1).reshape(batch, num_tokens, self.embed_dims)
-        v_map = v.transpose(1, 2).view(batch, self.embed_dims, *hw_shape)
         weight = self.v_conv.weight.repeat_interleave(d, dim=0)
-        out = F.conv2d(v_map, weight, padding=self.v_conv.padding,
+        out = F.conv2d(tokens_as_map(v, hw_shape), weight, padding=self.v_conv.padding,
                        groups=self.embed_dims)
         return out.flatten(2).transpose(1, 2)

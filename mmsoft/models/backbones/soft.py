@@ -15,6 +15,7 @@ from mmsoft.ops import InverseCfg, InverseSlot, in_graph
 from mmsoft.registry import MODELS, register_model
 
 from ..attention.soft_attention import SOFTAttention
+from ..utils.checkpoint_loading import load_pretrained
 from ..utils.ckpt_convert import NEWTON_CODES, upgrade_state_dict
 from ..utils.finite import finite_flag
 from ..utils.init_summary import begin_init_log, end_init_log
@@ -403,7 +404,6 @@ class SOFT(BaseModule):
     def init_weights(self) -> None:
         """Load ``Pretrained`` weights strictly, or initialise as released."""
         if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
-            from ..utils.checkpoint_loading import load_pretrained
             load_pretrained(self, self.init_cfg['checkpoint'],
                             prefix=self.init_cfg.get('prefix'),
                             map_location=self.init_cfg.get('map_location', 'cpu'),
@@ -511,7 +511,11 @@ class SOFT(BaseModule):
         for i, stage in enumerate(self.stages):
             x, cls_token = stage(x)
             if i in self.out_indices:
-                outs.append(x)
+                # Contiguous NCHW, not the channels-last view between stages:
+                # that view passes through convolutions (an FPN) unchanged,
+                # and mmcv's CPU RoIAlign reads its input as contiguous NCHW,
+                # so Mask R-CNN's RoI heads got scrambled features.
+                outs.append(x.contiguous())
             if check:  # one reduction per stage, read once after the loop
                 last_cls = self.out_type == 'cls_token' and cls_token is not None
                 finite.append(finite_flag(cls_token if last_cls else x))

@@ -1,6 +1,7 @@
 """Building blocks of the SOFT backbone: patch embeddings and the two block kinds."""
 from typing import List, Optional, Tuple, Union
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn.bricks import DropPath
@@ -39,12 +40,20 @@ class ConvPatchEmbed(nn.Module):
         for cin, cout, stride in plan:
             layers += [nn.Conv2d(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout),
                        nn.ReLU(inplace=True)]
-        self.proj = nn.Sequential(*layers)
+        # Channels-last weights: with a channels-last input the convolutions
+        # then read and write channels-last, with no reordering copy.
+        self.proj = nn.Sequential(*layers).to(memory_format=torch.channels_last)
         self.num_halvings = sum(1 for *_, stride in plan if stride == 2)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
-        """Embed (B, C, H, W) maps into tokens (B, H' * W', C') and (H', W')."""
-        x = self.proj(x)
+        """Embed (B, C, H, W) maps into tokens (B, H' * W', C') and (H', W').
+
+        The convolutions run channels-last (the input is made so, a no-op for
+        the maps between stages, which are channels-last views), so the
+        tokens are a contiguous view of their output: every later operation
+        reads rows of C' channels in order.
+        """
+        x = self.proj(x.contiguous(memory_format=torch.channels_last))
         return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])
 
 

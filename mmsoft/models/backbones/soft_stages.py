@@ -18,6 +18,7 @@ from torch import Tensor
 from mmsoft.ops import InverseCfg
 
 from ..utils.pos_embed import resize_pos_embed
+from ..utils.token_maps import tokens_as_map
 from .soft_blocks import ClassTokenBlock, ConvPatchEmbed, SOFTBlock
 
 
@@ -75,14 +76,10 @@ class _Stage(nn.Module):
 
     @staticmethod
     def to_map(x: Tensor, hw: Tuple[int, int]) -> Tensor:
-        """Tokens (B, H * W, C) to a contiguous (B, C, H, W) map.
-
-        Contiguous, not the channels-last view a transpose gives: that view
-        passes through convolutions (an FPN) unchanged, and mmcv's CPU RoIAlign
-        reads its input as contiguous NCHW, so Mask R-CNN's RoI heads got
-        scrambled features and never learned.
-        """
-        return x.transpose(1, 2).reshape(x.shape[0], -1, *hw).contiguous()
+        """Tokens (B, H * W, C) as a (B, C, H, W) map: a channels-last view, no
+        copy. The next stage's convolutions take it as it is; the backbone
+        makes the maps it returns contiguous (:meth:`SOFT.forward`)."""
+        return tokens_as_map(x, hw)
 
 
 class SOFTStage(_Stage):

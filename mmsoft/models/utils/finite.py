@@ -34,6 +34,8 @@ def finite_flag(x: Tensor) -> Tensor:
     """
     if x.numel() == 0:
         return torch.ones((), dtype=torch.bool, device=x.device)
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        x = x.permute(0, 2, 3, 1)  # the same values, contiguous: no copy
     low, high = torch.aminmax(x.detach())
     return torch.isfinite(low) & torch.isfinite(high)
 
