@@ -12,14 +12,20 @@ from mmengine.logging import print_log
 LOCK_NAME = 'train.lock'
 
 
-def _start_time(pid: int) -> Optional[str]:
-    """The kernel's start time of ``pid`` (tells a reused pid apart), if known."""
+def _stat_fields(pid: int) -> Optional[list]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may
+    hold spaces), from the state (field 3) on; None where unknown."""
     try:
         with open(f'/proc/{pid}/stat') as f:
-            # Field 22; the command name (field 2) may hold spaces: split after it.
-            return f.read().rsplit(')', 1)[1].split()[19]
-    except (OSError, IndexError):
+            return f.read().rsplit(')', 1)[1].split()
+    except OSError:
         return None
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of ``pid`` (tells a reused pid apart), if known."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None  # field 22
 
 
 def _alive(pid: int, started: Optional[str]) -> bool:
@@ -29,7 +35,10 @@ def _alive(pid: int, started: Optional[str]) -> bool:
         return False
     except PermissionError:
         pass  # alive, another user's
-    now = _start_time(pid)
+    fields = _stat_fields(pid)
+    if fields and fields[0] in ('Z', 'X'):
+        return False  # ended; its parent has not reaped it (or was killed)
+    now = fields[19] if fields and len(fields) > 19 else None
     return started is None or now is None or now == started
 
 

@@ -51,6 +51,22 @@ def test_stale_locks_are_taken_over(tmp_path, holder):
     lock.release()
 
 
+def test_a_holder_that_ended_unreaped_is_stale(tmp_path):
+    # A worker killed with its launcher may stay a zombie: its parent is
+    # gone and the machine's first process need not reap it.
+    from helpers.processes import process_state, wait_for
+    child = subprocess.Popen([sys.executable, '-c', 'pass'])
+    try:
+        assert wait_for(lambda: process_state(child.pid) == 'Z', 30)
+        write_lock(tmp_path, pid=child.pid, host=socket.gethostname())
+        lock = WorkDirLock(str(tmp_path))
+        lock.acquire()
+        assert lock.holder()['pid'] == os.getpid()
+        lock.release()
+    finally:
+        child.wait()
+
+
 def test_a_lock_of_another_host_says_which_file_to_delete(tmp_path):
     write_lock(tmp_path, pid=dead_pid(), host='another-node', started='today')
     with pytest.raises(RuntimeError, match=r'pid \d+ on host another-node.*if it is '
