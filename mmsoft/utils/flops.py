@@ -10,7 +10,8 @@ Gaussian kernel's cost). Following vision papers, "FLOPs" here are multiply-accu
 
 :func:`count_flops` counts the model's graph-friendly path
 (:func:`mmsoft.ops.export_path`), the one exports and JIT traces take: the
-Newton iteration as its ``2 T`` matrix products and the kernel in one piece.
+Newton iteration as its ``2 T`` matrix products (the loop route, also where
+the caller forced another for eager forwards) and the kernel in one piece.
 An eager forward may do less (on CPU, the spectral route for the Newton
 iterate where this machine's measurement chose it, whose LAPACK work no
 dispatcher sees) or a little more (a kernel larger than one cache-sized tile
@@ -25,7 +26,7 @@ from mmengine.registry import MODELS, init_default_scope
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmsoft.ops import export_path
+from mmsoft.ops import export_path, use_newton_route
 from mmsoft.ops.regions import current_region
 
 aten = torch.ops.aten
@@ -142,7 +143,10 @@ def count_flops(model: nn.Module, *inputs: Any, **kwargs: Any) -> FlopCounter:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), export_path(), FlopCounter() as counter:
+        # The graph-friendly path's route is the loop, whatever route the
+        # caller forced for eager forwards.
+        with torch.no_grad(), export_path(), use_newton_route('loop'), \
+                FlopCounter() as counter:
             model(*inputs, **kwargs)
     finally:
         model.train(was_training)
