@@ -21,8 +21,8 @@ BOXES = {
         "inherit mmpretrain::, mmdet::, mmseg:: bases",
         "custom_imports: 'mmsoft' (+ 'mmsoft.runtime')"], '#e8e8e8'),
     'runtime': (0.5, 5.85, 3.0, 1.7, 'mmsoft.runtime', [
-        'process-wide changes:', 'weights-only loading, atomic',
-        'writes, CPU AMP and compile', 'names; MMSOFT_DISABLE_RUNTIME'], '#fde2c8'),
+        'process-wide changes:', 'weights-only loading,', 'atomic writes, CPU AMP,',
+        'compile names'], '#fde2c8'),
     'apis': (3.7, 5.85, 2.2, 1.7, 'mmsoft.apis', [
         'config for the', 'machine, launch,', 'work-dir lock,', 'dataset checks'],
         '#fde2c8'),
@@ -31,7 +31,7 @@ BOXES = {
         '#fde2c8'),
     'deployment': (8.5, 5.85, 2.3, 1.7, 'mmsoft.deployment', [
         'ONNX export,', 'SOFTNewtonApply', 'in ONNX Runtime'], '#fde2c8'),
-    'benchmark': (11.0, 5.85, 2.0, 1.7, 'mmsoft.benchmark', [
+    'benchmark': (11.0, 5.85, 2.3, 1.7, 'mmsoft.benchmark', [
         'optional:', 'cases, timing,', 'reports, load'], '#f3f3f3'),
     'registry': (0.8, 3.05, 3.4, 1.6, 'mmsoft/registry.py', [
         "registries of scope 'mmsoft';", 'SOFT and the token mixers',
@@ -76,7 +76,7 @@ def main() -> None:
     ax.set_xlim(0, 14)
     ax.set_ylim(0, 10)
     ax.axis('off')
-    region(ax, (0.3, 5.72), 12.9, 2.3, '#b05f00',
+    region(ax, (0.3, 5.72), 13.15, 2.3, '#b05f00',
            'opt-in: imported by the tools, or named in a config', 7.78)
     region(ax, (0.45, 0.65), 13.1, 4.5, '#2b6cb0',
            'import mmsoft: registers names, changes nothing else', 4.9)
