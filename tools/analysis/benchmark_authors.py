@@ -59,8 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     model_file = Path(args.authors_repo) / 'models' / 'softmax_free_transformer.py'
     if not model_file.is_file():
-        parser.error(f'--authors-repo {args.authors_repo}: no {model_file.name} in '
-                     'its models/ folder; pass a checkout of github.com/fudan-zvg/SOFT.')
+        parser.error(f'--authors-repo {args.authors_repo}: no {model_file.name} '
+                     'in its models/ folder; pass a checkout of '
+                     'github.com/fudan-zvg/SOFT.')
     if args.repeats < 1 or args.batch < 1:
         parser.error('--repeats and --batch must be positive.')
     return args
@@ -107,9 +108,9 @@ def authors_model(repo: str, arch: str) -> torch.nn.Module:
 def mmsoft_model(authors: torch.nn.Module, arch: str) -> torch.nn.Module:
     """mmsoft's classifier with the authors' weights, converted, and their
     Newton inverse (ridge)."""
-    import mmsoft  # noqa: F401  (registers SOFT)
     from mmpretrain.models import ImageClassifier
 
+    import mmsoft  # noqa: F401  (registers SOFT)
     from mmsoft.models.utils.ckpt_convert import convert_soft_state_dict
     model = ImageClassifier(
         backbone=dict(type='SOFT', arch=arch, newton='ridge'),
