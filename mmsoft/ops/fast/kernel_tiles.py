@@ -50,13 +50,16 @@ many entries (32 MiB in float32) is computed once, in one piece, instead of
 twice in tiles: at 512 x 512 (m = 256) SOFT-Tiny's three stage shapes took
 18.5 / 18.9 / 6.0 ms that way against 23.4 / 23.4 / 17.0 ms tiled, on 2 cores
 of an AVX-512 Xeon; at 64 MiB the two were even or tiles won."""
-ONE_PIECE_GRAD_ELEMENTS = 1 << 22
+ONE_PIECE_GRAD_ELEMENTS = 1 << 21
 """With autograd and without a tile size set, the products with a kernel of
-at most this many entries (16 MiB in float32) are declined to autograd
+at most this many entries (8 MiB in float32) are declined to autograd
 through the kernel held whole (the plain products): at 224 x 224, batch 8
-(m = 49), SOFT-Tiny's three stage shapes took 22.9 / 9.5 / 6.9 ms that way
-against 49.4 / 13.0 / 10.5 ms for :func:`lowrank`; at 20 MiB (m = 256) the
-two were even, at 32 MiB :func:`lowrank` took 80 against 130 ms."""
+(m = 49, 4.7 MiB), SOFT-Tiny's three stage shapes took 22.9 / 9.5 / 6.9 ms
+that way against 49.4 / 13.0 / 10.5 ms for :func:`lowrank`; at 20 MiB
+(m = 256) the two were even, at 32 MiB :func:`lowrank` took 80 against
+130 ms. Autograd keeps the kernel and its exponent for the backward: with a
+16 MiB limit (512 x 512's first stage held whole) a 512 x 512 training step
+of SOFT-Tiny peaked at 521 against 390 MiB."""
 
 
 @functools.lru_cache(maxsize=None)
