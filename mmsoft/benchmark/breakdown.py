@@ -24,7 +24,7 @@ kernel products and landmark kernel, and a softmax attention's products."""
 
 _MARKERS = (
     ('inverse', ('_NewtonApply', 'mmsoft::newton')),
-    ('attention products', ('_LowRank', '_Project', '_Expand', 'mmsoft::kernel')),
+    ('attention products', ('_LowRank', 'mmsoft::kernel')),
 )
 _NAMES = (
     ('convolutions', ('conv',)),
@@ -93,7 +93,7 @@ def macs_by_kind(call: Callable[[], None]) -> Dict[str, int]:
             before = self.total
             out = super().__torch_dispatch__(func, types, args, kwargs)
             region = current_region()
-            marker = {'newton': 'inverse', 'kernel': 'attention products'}.get(region)
+            marker = _marker(f'mmsoft::{region}') if region else None
             self.kinds[kind_of(f'aten::{func._overloadpacket.__name__}', marker)] += (
                 self.total - before)
             return out

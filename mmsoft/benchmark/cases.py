@@ -8,7 +8,7 @@ one forward (and backward) call. Backbones at detection sizes against
 PVT-Tiny are :mod:`.detection`'s.
 """
 import contextlib
-from typing import Callable, List
+from typing import Any, Callable, List
 
 import torch
 
@@ -44,6 +44,29 @@ DEFAULT_VARIANTS = {'attention': list(SOFT_VARIANTS) + list(PEERS),
 def attention_cfg(name: str) -> dict:
     """A fresh config of the SOFT variant or peer called ``name``."""
     return dict(PEERS.get(name) or SOFT_VARIANTS[name])
+
+
+def step_runner(module: torch.nn.Module, forward: Callable[[], Any],
+                loss: Callable[[Any], torch.Tensor]) -> Callable[[bool], None]:
+    """``run(backward)``: ``forward()`` without autograd, or, with
+    ``backward``, one training step: ``module`` in train mode,
+    ``loss(forward())`` backpropagated, its gradients dropped, eval mode again.
+
+    Args:
+        module (nn.Module): What ``forward`` calls (its mode and gradients).
+        forward (Callable): One call of ``module`` on fixed inputs.
+        loss (Callable): A scalar from ``forward``'s output.
+    """
+    def run(backward: bool) -> None:
+        if backward:
+            module.train()
+            loss(forward()).backward()
+            module.zero_grad(set_to_none=True)
+            module.eval()
+        else:
+            with torch.no_grad():
+                forward()
+    return run
 
 
 def build_case(spec: dict, device: str) -> Callable[[bool], None]:

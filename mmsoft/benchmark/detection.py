@@ -18,6 +18,8 @@ import torch.nn as nn
 from mmsoft.models import SOFT
 from mmsoft.ops import use_newton_route
 
+from .cases import step_runner
+
 BACKBONES = {'soft-tiny': 'tiny', 'soft-norm-tiny': 'tiny-norm', 'pvt-tiny': None}
 INVERSES = ('ridge', 'backoff')
 
@@ -68,18 +70,13 @@ def runner(module: nn.Module, route: str,
     ``backward``, one training step of ``module`` on a ``1 x 3 x H x W`` image
     under Newton route ``route``."""
     images = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(1))
+    step = step_runner(module, lambda: module(images),
+                       lambda outs: sum(o.sum() for o in outs))
 
     def run(backward: bool) -> None:
         forced = route != 'auto'
         with use_newton_route(route) if forced else contextlib.nullcontext():
-            if backward:
-                module.train()
-                sum(o.sum() for o in module(images)).backward()
-                module.zero_grad(set_to_none=True)
-                module.eval()
-            else:
-                with torch.no_grad():
-                    module(images)
+            step(backward)
     return run
 
 

@@ -33,11 +33,12 @@ import os
 import sys
 import types
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from mmsoft.benchmark.cases import step_runner
 from mmsoft.benchmark.timing import medians, sample_round_robin
 from mmsoft.utils.env import cpu_model
 
@@ -123,22 +124,13 @@ def mmsoft_model(authors: torch.nn.Module, arch: str) -> torch.nn.Module:
     return model.eval()
 
 
-def runners(models: Dict[str, Callable], images: torch.Tensor,
+def runners(models: Dict[str, Tuple[Callable, torch.nn.Module]], images: torch.Tensor,
             labels: torch.Tensor) -> Dict[str, Callable[[bool], None]]:
-    """``run(backward)`` per model: a forward without autograd, or a training
-    step (train mode, cross-entropy, backward)."""
-    def runner(forward: Callable, module: torch.nn.Module):
-        def run(backward: bool) -> None:
-            if backward:
-                module.train()
-                F.cross_entropy(forward(images), labels).backward()
-                module.zero_grad(set_to_none=True)
-                module.eval()
-            else:
-                with torch.no_grad():
-                    forward(images)
-        return run
-    return {name: runner(*pair) for name, pair in models.items()}
+    """``run(backward)`` per ``(forward, module)``: a forward without
+    autograd, or a training step (train mode, cross-entropy, backward)."""
+    return {name: step_runner(module, lambda forward=forward: forward(images),
+                              lambda logits: F.cross_entropy(logits, labels))
+            for name, (forward, module) in models.items()}
 
 
 def main(argv=None) -> Dict[str, Dict[str, float]]:
