@@ -22,10 +22,14 @@ def _stat_fields(pid: int) -> Optional[list]:
         return None
 
 
+def _started(fields: Optional[list]) -> Optional[str]:
+    """The start time (field 22) among :func:`_stat_fields`, if there."""
+    return fields[19] if fields and len(fields) > 19 else None
+
+
 def _start_time(pid: int) -> Optional[str]:
     """The kernel's start time of ``pid`` (tells a reused pid apart), if known."""
-    fields = _stat_fields(pid)
-    return fields[19] if fields and len(fields) > 19 else None  # field 22
+    return _started(_stat_fields(pid))
 
 
 def _alive(pid: int, started: Optional[str]) -> bool:
@@ -38,7 +42,7 @@ def _alive(pid: int, started: Optional[str]) -> bool:
     fields = _stat_fields(pid)
     if fields and fields[0] in ('Z', 'X'):
         return False  # ended; its parent has not reaped it (or was killed)
-    now = fields[19] if fields and len(fields) > 19 else None
+    now = _started(fields)
     return started is None or now is None or now == started
 
 

@@ -88,13 +88,17 @@ def tile_elements() -> int:
     return execution.tile_elements() or L2_TILES * l2_cache_bytes() // 4
 
 
+def _within(q: Tensor, k: Tensor, elements: int) -> bool:
+    """Whether the kernel of ``q`` and ``k`` has at most ``elements`` entries,
+    where no tile size is set (else at most none)."""
+    limit = elements if execution.tile_elements() is None else 0
+    return q.shape[0] * q.shape[-2] * k.shape[-2] <= limit
+
+
 def _in_one_piece(q: Tensor, k: Tensor) -> bool:
     """Whether a forward without autograd computes the kernel once: it fits
     in one tile, or, without a tile size set, in :data:`ONE_PIECE_ELEMENTS`."""
-    if _tile_rows(q, k) >= q.shape[-2]:
-        return True
-    limit = ONE_PIECE_ELEMENTS if execution.tile_elements() is None else 0
-    return q.shape[0] * q.shape[-2] * k.shape[-2] <= limit
+    return _tile_rows(q, k) >= q.shape[-2] or _within(q, k, ONE_PIECE_ELEMENTS)
 
 
 def _tile_rows(q: Tensor, k: Tensor) -> int:
@@ -386,9 +390,8 @@ class TiledProducts:
         if exporting() or (needs_grad and compiling()):
             return None
         if needs_grad:
-            small = ONE_PIECE_GRAD_ELEMENTS if execution.tile_elements() is None else 0
-            if q.shape[0] * q.shape[-2] * k.shape[-2] <= small:
-                return None
+            if _within(q, k, ONE_PIECE_GRAD_ELEMENTS):
+                return None  # the plain products, through the kernel held whole
             return lowrank(q, k, v, a2, middle)
         if not compiling() and _in_one_piece(q, k):
             kernel = gaussian_kernel(q, k)
