@@ -30,4 +30,3 @@ def tokens_as_map(tokens: Tensor, hw: Tuple[int, int]) -> Tensor:
         grid = grid.as_strided(grid.shape,
                                (height * width * channels, *grid.stride()[1:]))
     return grid
-
